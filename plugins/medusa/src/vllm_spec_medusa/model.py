@@ -1,0 +1,160 @@
+"""The Medusa draft model (worker processes; imports vLLM)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+import torch.nn as nn
+
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+_OLD_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)$")
+_PREFIXES = ("medusa_heads.", "medusa_head.")
+
+
+def canonical_key(name: str) -> str:
+    """Map every FasterDecoding key layout to ``blocks.{h}.layers.{l}.*`` / ``lm_heads.{h}.*``.
+
+    * new layout: ``blocks.{h}.layers.{l}.{weight,bias}``, ``lm_heads.{h}.weight``, ``lm_head.weight``
+    * optional ``medusa_heads.`` / ``medusa_head.`` prefix
+    * old layout: ``{h}.{l}.linear.{weight,bias}`` (residual block ``l`` of head ``h``) and
+      ``{h}.{N}.weight`` (the head's output Linear, index ``N`` = number of layers)
+    """
+    for p in _PREFIXES:
+        if name.startswith(p):
+            name = name[len(p):]
+    m = _OLD_KEY.match(name)
+    if m:
+        head, layer, rest = m.groups()
+        if rest.startswith("linear."):
+            return f"blocks.{head}.layers.{layer}.{rest[len('linear.'):]}"
+        return f"lm_heads.{head}.{rest}"
+    return name
+
+
+class ResidualBlock(nn.Module):
+    """``x = x + SiLU(Linear(x))`` per layer, as FasterDecoding's ResBlock."""
+
+    def __init__(self, hidden_size: int, num_layers: int) -> None:
+        super().__init__()
+        # Biases are created on load only if the checkpoint has them: a zero bias would
+        # change the kernel (addmm vs mm) and so the last bits of the result.
+        self.layers = nn.ModuleList([nn.Linear(hidden_size, hidden_size, bias=False) for _ in range(num_layers)])
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + self.act(layer(x))
+        return x
+
+
+class MedusaDraftModel(nn.Module):
+    """Medusa-1 heads over the target's final hidden state at the last accepted token.
+
+    ``forward(hidden_states [num_reqs, hidden]) -> draft token ids [num_reqs, k]``: head ``i``
+    proposes the token ``i + 1`` places after the next token. Only the first
+    ``num_speculative_tokens`` heads are built and run.
+    """
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        super().__init__()
+        spec = vllm_config.speculative_config
+        config = spec.draft_model_config.hf_config
+        self.config = config
+        self.checkpoint = spec.draft_model_config.model
+        self.num_heads = min(config.num_heads, spec.num_speculative_tokens or config.num_heads)
+        hidden, vocab = config.hidden_size, config.vocab_size
+        self.draft_vocab = config.truncated_vocab_size or vocab
+        self.blocks = nn.ModuleList([ResidualBlock(hidden, config.num_hidden_layers) for _ in range(self.num_heads)])
+        self.shared_lm_head = bool(getattr(config, "original_lm_head", False))
+        if self.shared_lm_head:
+            self.lm_head = ParallelLMHead(self.draft_vocab, hidden, prefix=f"{prefix}.lm_head" if prefix else "lm_head")
+            self.lm_heads = [self.lm_head] * self.num_heads
+        else:
+            self.lm_heads = nn.ModuleList([
+                ParallelLMHead(self.draft_vocab, hidden, prefix=f"{prefix}.lm_heads.{i}" if prefix else f"lm_heads.{i}")
+                for i in range(self.num_heads)
+            ])
+        self.logits_processor = LogitsProcessor(vocab, self.draft_vocab, getattr(config, "logit_scale", 1.0))
+        self.token_map: torch.Tensor | None = None
+        self._lm_head_from_target = False
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        drafts = []
+        for block, lm_head in zip(self.blocks, self.lm_heads):
+            logits = self.logits_processor(lm_head, block(hidden_states))
+            drafts.append(logits.argmax(dim=-1))
+        out = torch.stack(drafts, dim=1)
+        if self.token_map is not None:
+            out = self.token_map[out]
+        return out
+
+    def bind_target(self, target_model: nn.Module) -> None:
+        """Share the target's lm_head when the checkpoint has none (``original_lm_head``)."""
+        if self._lm_head_from_target:
+            self.lm_head = target_model.lm_head
+            self.lm_heads = [self.lm_head] * self.num_heads
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        seen: list[str] = []
+        pending_lm: dict[str, torch.Tensor] = {}
+        for raw, w in weights:
+            name = canonical_key(raw)
+            seen.append(raw)
+            if name == "token_map":
+                if self.draft_vocab < self.config.vocab_size:
+                    self.token_map = w.to(torch.int64)
+                continue
+            if self.shared_lm_head and name in ("lm_heads.0.weight", "lm_head.weight"):
+                pending_lm["lm_head.weight"] = w
+                continue
+            m = re.match(r"^(blocks|lm_heads)\.(\d+)\.", name)
+            if m and int(m.group(2)) >= self.num_heads:
+                continue  # heads beyond num_speculative_tokens are not used
+            if name.startswith("lm_heads."):
+                pending_lm[name] = w
+                continue
+            if name.endswith(".bias") and name not in params:
+                layer = self.get_submodule(name[: -len(".bias")])
+                if isinstance(layer, nn.Linear):
+                    layer.bias = nn.Parameter(torch.empty(layer.out_features, dtype=layer.weight.dtype,
+                                                          device=layer.weight.device), requires_grad=False)
+                    params[name] = layer.bias
+            if name not in params:
+                raise ValueError(
+                    f"vllm-spec-medusa: checkpoint '{self.checkpoint}' has key {raw!r} (read as {name!r}), which "
+                    f"is not a Medusa weight. Expected blocks.{{h}}.layers.{{l}}.weight/bias, lm_heads.{{h}}.weight, "
+                    f"lm_head.weight or token_map (optionally prefixed medusa_heads.), or the old "
+                    f"{{h}}.{{l}}.linear.weight/bias, {{h}}.{{N}}.weight layout.")
+            self._copy(params[name], w, raw)
+            loaded.add(name)
+        if self.token_map is None and self.draft_vocab < self.config.vocab_size:
+            raise ValueError(f"vllm-spec-medusa: checkpoint '{self.checkpoint}' sets truncated_vocab_size="
+                             f"{self.draft_vocab} < vocab_size={self.config.vocab_size} but has no token_map tensor")
+        for name, w in pending_lm.items():
+            if self.token_map is not None and w.shape[0] > self.draft_vocab:
+                w = w[self.token_map]
+            param = params[name]
+            param.weight_loader(param, w)
+            loaded.add(name)
+        if self.shared_lm_head and "lm_head.weight" not in pending_lm:
+            self._lm_head_from_target = True
+            loaded.add("lm_head.weight")
+        missing = sorted(set(params) - loaded)
+        if missing:
+            raise ValueError(
+                f"vllm-spec-medusa: checkpoint '{self.checkpoint}' lacks {missing} for {self.num_heads} heads of "
+                f"{self.config.num_hidden_layers} layer(s); it has {sorted(seen)[:20]}")
+        return loaded
+
+    def _copy(self, param: torch.Tensor, w: torch.Tensor, raw: str) -> None:
+        if tuple(param.shape) != tuple(w.shape):
+            raise ValueError(f"vllm-spec-medusa: checkpoint '{self.checkpoint}' key {raw!r} has shape "
+                             f"{list(w.shape)}, expected {list(param.shape)} (hidden_size={self.config.hidden_size})")
+        with torch.no_grad():
+            param.copy_(w.to(param.dtype))

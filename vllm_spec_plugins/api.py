@@ -1,0 +1,209 @@
+"""The public data types of the plugin API.
+
+A plugin describes each draft architecture it contributes with a :class:`Drafter`,
+the inputs its forward needs beyond the defaults with :class:`ExtraInput`, and its
+per-request carried state with :class:`StateSpec`. All of them are plain frozen
+dataclasses with no torch or vLLM import, so ``vllm-spec-plugins list`` and the
+unit tests stay fast.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+DrafterKind = Literal["heads", "attention"]
+PreemptPolicy = Literal["keep", "reset"]
+Dim = int | str
+"""One dimension of a shape: an int, or the name of a draft-config attribute."""
+
+
+class Source(str, enum.Enum):
+    """Where the shim takes an input from, at each drafting step.
+
+    ``rows`` is what one row of the input is: ``request`` (one row per request in
+    the batch, ``[num_reqs, ...]``) or ``token`` (one row per scheduled token of the
+    verification step, ``[num_tokens, ...]``).
+    """
+
+    TARGET_HIDDEN_LAST = "target_hidden_last"
+    """Target final (normed) hidden state at the last accepted position. ``[num_reqs, hidden_size]``"""
+    TARGET_HIDDEN_ALL = "target_hidden_all"
+    """Target final hidden states of all scheduled tokens. ``[num_tokens, hidden_size]``"""
+    AUX_HIDDEN_LAST = "aux_hidden_last"
+    """Chosen target layers (residual stream entering each layer id, concatenated) at the
+    last accepted position. ``[num_reqs, num_layers * hidden_size]``"""
+    AUX_HIDDEN_ALL = "aux_hidden_all"
+    """Chosen target layers for all scheduled tokens. ``[num_tokens, num_layers * hidden_size]``"""
+    NEXT_TOKEN_IDS = "next_token_ids"
+    """The last token each request produced in this step (the first token to draft after). ``[num_reqs]`` int32"""
+    POSITIONS_LAST = "positions_last"
+    """Position of that next token. ``[num_reqs]`` int64"""
+    NUM_ACCEPTED = "num_accepted"
+    """Draft tokens accepted in this step (0 if none, or no token was produced). ``[num_reqs]`` int32"""
+    NUM_NEW_TOKENS = "num_new_tokens"
+    """Tokens appended to the request in this step: accepted drafts + 1, or 0 for a row that
+    produced no token (partial prefill). ``[num_reqs]`` int32"""
+    SAMPLED_TOKEN_IDS = "sampled_token_ids"
+    """Tokens produced in this step, left-aligned, ``-1`` where rejected. ``[num_reqs, num_spec_tokens + 1]`` int32"""
+    STATE = "state"
+    """A carried per-request state (see :class:`StateSpec`); name it with ``state=``."""
+
+    @property
+    def rows(self) -> Literal["request", "token"]:
+        return "token" if self in (Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL) else "request"
+
+
+#: Forward parameter names the shim provides without any declaration.
+DEFAULT_INPUTS: dict[str, Source] = {
+    "hidden_states": Source.TARGET_HIDDEN_LAST,
+    "next_token_ids": Source.NEXT_TOKEN_IDS,
+    "positions": Source.POSITIONS_LAST,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtraInput:
+    """An input a drafter's forward takes beyond the defaults."""
+
+    name: str
+    """The forward (or ``update_state``) parameter that receives it."""
+    source: Source
+    """Where the shim takes it from."""
+    shape: tuple[Dim, ...] = ()
+    """Shape of one row: ints or draft-config attribute names, e.g. ``("hidden_size",)``.
+    Checked against what the source delivers when the drafter loads."""
+    dtype: str = "model"
+    """``"model"`` (the engine's dtype), or a torch dtype name such as ``"int32"``."""
+    state: str | None = None
+    """With ``source=Source.STATE``: the name of the :class:`StateSpec` to pass."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", Source(self.source))
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if not self.name.isidentifier():
+            raise ValueError(f"ExtraInput name {self.name!r} is not a Python identifier")
+        if (self.source is Source.STATE) != (self.state is not None):
+            raise ValueError(f"ExtraInput {self.name!r}: give state= exactly when source is Source.STATE")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateSpec:
+    """Per-request state a drafter carries across decoding steps.
+
+    The shim keeps it keyed by request id (never by batch row) in a pool sized from
+    the engine's maximum number of sequences, initialises it when a request is first
+    seen, updates it through the drafter's state-carry hook after every step that
+    produced tokens for the request, and frees it when the request finishes or aborts.
+    """
+
+    name: str
+    """State name; ``update_state`` receives and returns it under this name."""
+    shape: tuple[Dim, ...] = ()
+    """Shape of one request's state: ints or draft-config attribute names."""
+    dtype: str = "model"
+    """``"model"`` or a torch dtype name."""
+    init: float = 0.0
+    """Initial value of every element."""
+    on_preempt: PreemptPolicy = "keep"
+    """``keep``: a preempted request resumes with its state. ``reset``: it starts again from ``init``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if not self.name.isidentifier():
+            raise ValueError(f"StateSpec name {self.name!r} is not a Python identifier")
+        if self.on_preempt not in ("keep", "reset"):
+            raise ValueError(f"StateSpec {self.name!r}: on_preempt must be 'keep' or 'reset', got {self.on_preempt!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drafter:
+    """One draft architecture, as a plugin registers it.
+
+    Example::
+
+        register(Drafter(
+            architectures=("MedusaModel",),
+            model_type="medusa",
+            config_class="vllm_spec_medusa.config:MedusaConfig",
+            model_class="vllm_spec_medusa.model:MedusaDraftModel",
+            max_speculative_tokens="num_heads",
+        ))
+    """
+
+    architectures: tuple[str, ...]
+    """``architectures`` values of a draft ``config.json`` this drafter serves."""
+    model_class: str
+    """The draft model class as ``"module:Class"`` (imported lazily, in the worker)."""
+    model_type: str | None = None
+    """The ``model_type`` of its ``config.json``; registered with ``transformers.AutoConfig``."""
+    config_class: str | None = None
+    """The HF config class for ``model_type`` as ``"module:Class"``. The module must be
+    importable without side effects (the config is pickled to every vLLM process)."""
+    kind: DrafterKind = "heads"
+    """``heads``: one forward per step over one row per request, returning draft token ids
+    ``[num_reqs, k]`` or logits ``[num_reqs, k, vocab]``. ``attention``: an autoregressive
+    drafter with its own KV cache, run inside vLLM's multi-step EAGLE loop."""
+    extra_inputs: tuple[ExtraInput, ...] = ()
+    """Inputs beyond :data:`DEFAULT_INPUTS`."""
+    state: tuple[StateSpec, ...] = ()
+    """Carried per-request state."""
+    update_state: str = "update_state"
+    """Name of the model method that is the state-carry hook (used when ``state`` is set)."""
+    aux_layer_ids: str | None = None
+    """Draft-config attribute listing target layer ids for the ``aux_hidden_*`` sources."""
+    max_speculative_tokens: Dim | None = None
+    """Most draft tokens per step the checkpoint supports (int or config attribute);
+    asking for more is an error."""
+    position_free: bool = True
+    """The drafter does not embed positions: its max_model_len is raised to the target's."""
+    name: str = ""
+    """Filled by the host: the plugin name (entry-point name) that registered it."""
+    dist: str = ""
+    """Filled by the host: ``distribution version`` of the plugin."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "architectures", tuple(self.architectures))
+        object.__setattr__(self, "extra_inputs", tuple(self.extra_inputs))
+        object.__setattr__(self, "state", tuple(self.state))
+        if not self.architectures:
+            raise ValueError("Drafter needs at least one architecture name")
+        for label, ref in (("model_class", self.model_class), ("config_class", self.config_class)):
+            if ref is not None and (":" not in ref or ref.startswith(":") or ref.endswith(":")):
+                raise ValueError(f"Drafter {label} must be 'module:Class', got {ref!r}")
+        if self.kind not in ("heads", "attention"):
+            raise ValueError(f"Drafter kind must be 'heads' or 'attention', got {self.kind!r}")
+        if self.config_class and not self.model_type:
+            raise ValueError("Drafter config_class needs model_type")
+        names = [e.name for e in self.extra_inputs]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"Drafter declares extra input(s) {sorted(dup)} twice")
+        states = {s.name for s in self.state}
+        for e in self.extra_inputs:
+            if e.source is Source.STATE and e.state not in states:
+                raise ValueError(f"extra input {e.name!r} reads state {e.state!r}, which is not declared in state=")
+
+    @property
+    def display_dist(self) -> str:
+        return self.dist or "unknown distribution"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What discovery found for one entry point (shown by ``vllm-spec-plugins list``)."""
+
+    name: str
+    value: str
+    dist: str | None
+    version: str | None
+    drafters: tuple[Drafter, ...] = ()
+    error: str | None = None
+    hooks: tuple[str, ...] = field(default=())
+
+    @property
+    def dist_label(self) -> str:
+        if self.dist is None:
+            return "no distribution"
+        return f"{self.dist} {self.version}"

@@ -1,0 +1,105 @@
+"""Patch helpers: idempotent method wrapping and post-import hooks."""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+MARK = "__vsp_patched__"
+
+
+def is_patched(fn: Any) -> bool:
+    return bool(getattr(fn, MARK, False))
+
+
+def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) -> bool:
+    """Replace ``owner.name`` by ``make(original)``, once.
+
+    The wrapper carries ``__vsp_patched__ = True`` and ``__wrapped__ = original``;
+    a second call sees the marker and does nothing. Returns whether it wrapped.
+    """
+    original = owner.__dict__.get(name)
+    if original is None:
+        original = getattr(owner, name)
+    if is_patched(original):
+        return False
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, MARK, True)
+    wrapper.__wrapped__ = original
+    setattr(owner, name, wrapper)
+    return True
+
+
+def unwrap_method(owner: type, name: str) -> None:
+    """Undo :func:`wrap_method` (used by tests)."""
+    current = owner.__dict__.get(name)
+    if current is not None and is_patched(current):
+        setattr(owner, name, current.__wrapped__)
+
+
+_hooks: dict[str, list[Callable[[Any], None]]] = {}
+_hook_lock = threading.RLock()
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after a watched module has executed."""
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D102
+        if fullname not in _hooks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            _run_hooks(fullname, module)
+
+        try:
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+        except AttributeError:  # pragma: no cover - read-only loader
+            return spec
+        return spec
+
+
+_FINDER = _PostImportFinder()
+
+
+def _run_hooks(name: str, module: Any) -> None:
+    with _hook_lock:
+        callbacks = _hooks.pop(name, [])
+    for cb in callbacks:
+        try:
+            cb(module)
+        except Exception:
+            logger.exception("vllm_spec_plugins: patching %s failed; plugin drafters will not work", name)
+
+
+def when_imported(name: str, callback: Callable[[Any], None]) -> None:
+    """Call ``callback(module)`` now if ``name`` is imported, else right after its import."""
+    with _hook_lock:
+        module = sys.modules.get(name)
+        if module is None:
+            _hooks.setdefault(name, []).append(callback)
+            if _FINDER not in sys.meta_path:
+                sys.meta_path.insert(0, _FINDER)
+            return
+    callback(module)

@@ -1,0 +1,250 @@
+"""Config-phase patches (process 0 builds the config; the others receive it pickled).
+
+See :mod:`vllm_spec_plugins.patch` for the registry of every patch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import typing
+from typing import Any
+
+from ..api import Drafter
+from ..errors import PluginContractError, UnsupportedVllmError, VllmSpecPluginError
+from ..manager import PluginHost
+from ._util import when_imported, wrap_method
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+#: Draft hf_config attributes the shim stamps (the hf_config is pickled to every process).
+PLUGIN_ATTR = "vsp_plugin"
+DIST_ATTR = "vsp_dist"
+ARCH_ATTR = "vsp_architecture"
+
+#: Methods vLLM's path heuristics pick from the checkpoint *path* (config/speculative.py).
+_PATH_METHODS = ("eagle", "eagle3", "dflash", "dspark")
+
+
+def plugin_of(spec: Any) -> str | None:
+    """The plugin name stamped on a SpeculativeConfig's draft hf_config, if any."""
+    dmc = getattr(spec, "draft_model_config", None) if spec is not None else None
+    if dmc is None:
+        return None
+    return getattr(dmc.hf_config, PLUGIN_ATTR, None)
+
+
+def _vllm_methods() -> tuple[str, ...]:
+    from vllm.config.speculative import SpeculativeMethod
+
+    out: list[str] = []
+
+    def walk(t: Any) -> None:
+        for a in typing.get_args(t):
+            if isinstance(a, str):
+                out.append(a)
+            else:
+                walk(a)
+
+    walk(SpeculativeMethod)
+    return tuple(out)
+
+
+def _local_config(model: str | None) -> dict:
+    if model and os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json")):
+        try:
+            with open(os.path.join(model, "config.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+    return {}
+
+
+def _import(ref: str) -> Any:
+    import importlib
+
+    mod, _, name = ref.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _resolve_dim(d: Drafter, hf_config: Any, dim: int | str, what: str) -> int:
+    if isinstance(dim, int):
+        return dim
+    value = getattr(hf_config, dim, None)
+    if not isinstance(value, int):
+        raise PluginContractError(
+            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) declares {what} = {dim!r}, but the draft "
+            f"config has {dim}={value!r}; expected an int", plugin_name=d.name, dist=d.display_dist)
+    return value
+
+
+def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: bool) -> Any:
+    """Post-process the SpeculativeConfig vLLM built: route a plugin draft to the plugin."""
+    dmc = getattr(spec, "draft_model_config", None)
+    if dmc is None:
+        if alias:
+            raise PluginContractError(f"vllm_spec_plugins: method {alias!r} needs a draft model; pass \"model\"")
+        return spec
+    hf = dmc.hf_config
+    archs = list(getattr(hf, "architectures", None) or [])
+    drafter = host.select(archs, getattr(hf, "model_type", None), alias)
+    if drafter is None:
+        return spec
+    if not supported:
+        raise _version_error(dmc.model, drafter.name)
+    path = dmc.model
+    if drafter.kind == "heads":
+        if spec.method in _PATH_METHODS:
+            raise PluginContractError(
+                f"vllm_spec_plugins: draft '{path}' belongs to plugin {drafter.name!r} ({drafter.display_dist}), "
+                f"but vLLM picked method {spec.method!r} from the checkpoint path (it contains "
+                f"'eagle-', 'eagle3', 'dflash' or 'dspark'). Rename the checkpoint folder.",
+                plugin_name=drafter.name, dist=drafter.display_dist)
+        spec.method = "draft_model"
+    else:
+        if spec.method not in ("eagle", "draft_model"):
+            raise PluginContractError(
+                f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.name!r} "
+                f"({drafter.display_dist}), but vLLM resolved method {spec.method!r}; pass "
+                f"\"method\": \"{drafter.name}\" in --speculative-config", plugin_name=drafter.name)
+        spec.method = "draft_model"
+    # Load the config with the plugin's own class when vLLM used another one (0.32 owns 'medusa').
+    if drafter.config_class:
+        cls = _import(drafter.config_class)
+        if not isinstance(hf, cls):
+            hf = cls.from_pretrained(path, revision=getattr(dmc, "revision", None))
+            dmc.hf_config = hf
+            dmc.hf_text_config = hf
+    target_hf = spec.target_model_config.hf_config
+    for key in ("hidden_size", "vocab_size"):
+        if getattr(hf, key, None) is None:
+            setattr(hf, key, getattr(target_hf, key))
+    if not getattr(hf, "architectures", None):
+        hf.architectures = [drafter.architectures[0]]
+    k = spec.num_speculative_tokens
+    if drafter.max_speculative_tokens is not None and k is not None:
+        most = _resolve_dim(drafter, hf, drafter.max_speculative_tokens, "max_speculative_tokens")
+        if k > most:
+            raise PluginContractError(
+                f"vllm_spec_plugins: num_speculative_tokens={k}, but draft '{path}' (plugin {drafter.name!r}, "
+                f"{drafter.display_dist}) can propose at most {most} tokens per step "
+                f"({drafter.max_speculative_tokens}={most}). Pass --spec-tokens {most} or fewer.",
+                plugin_name=drafter.name, dist=drafter.display_dist)
+    if drafter.aux_layer_ids:
+        ids = getattr(hf, drafter.aux_layer_ids, None)
+        if not ids:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) reads target layer ids "
+                f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
+                plugin_name=drafter.name)
+        hf.eagle_aux_hidden_state_layer_ids = list(ids)
+    if drafter.position_free:
+        dmc.max_model_len = spec.target_model_config.max_model_len
+    setattr(hf, PLUGIN_ATTR, drafter.name)
+    setattr(hf, DIST_ATTR, drafter.display_dist)
+    setattr(hf, ARCH_ATTR, next((a for a in archs if a in drafter.architectures), drafter.architectures[0]))
+    logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.name, drafter.display_dist)
+    return spec
+
+
+def _version_error(model: str | None, plugin: str) -> UnsupportedVllmError:
+    from ..shim import supported_text, vllm_version
+
+    return UnsupportedVllmError(
+        f"vllm_spec_plugins {_our_version()} supports vLLM {supported_text()}; found {vllm_version()[0]}. "
+        f"Draft '{model}' (plugin '{plugin}') cannot be served. Install a supported vLLM, or run without the draft.")
+
+
+def _our_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _claims(host: PluginHost, model: str | None, alias: str | None) -> str | None:
+    if alias and alias in host.plugins:
+        return alias
+    cfg = _local_config(model)
+    try:
+        d = host.select(cfg.get("architectures") or [], cfg.get("model_type"))
+    except VllmSpecPluginError:
+        return None
+    return d.name if d else None
+
+
+def make_create_speculative_config(host: PluginHost, supported: bool):
+    def wrap(original):
+        def create_speculative_config(self, target_model_config, target_parallel_config):
+            cfg = self.speculative_config
+            alias = None
+            if isinstance(cfg, dict):
+                cfg = dict(cfg)
+                method = cfg.get("method")
+                if isinstance(method, str) and method in host.plugins:
+                    host.check_alias(method)  # raises for a broken plugin
+                    alias = method
+                    if not supported:
+                        raise _version_error(cfg.get("model"), method)
+                    if method not in _vllm_methods():
+                        cfg["method"] = "draft_model"
+                self.speculative_config = cfg
+            model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
+            model = model or getattr(self, "spec_model", None)
+            if not supported:
+                claimed = _claims(host, model, alias)
+                if claimed:
+                    raise _version_error(model, claimed)
+                return original(self, target_model_config, target_parallel_config)
+            try:
+                spec = original(self, target_model_config, target_parallel_config)
+            except VllmSpecPluginError:
+                raise
+            except Exception as e:
+                note = host.describe_broken()
+                if note:
+                    raise RuntimeError(f"{type(e).__name__}: {e}\n{note}") from e
+                raise
+            return finalize_spec(host, spec, alias, supported)
+
+        return create_speculative_config
+
+    return wrap
+
+
+def _unsupported_features_wrap(original):
+    def _get_v2_model_runner_unsupported_features(self):
+        out = original(self)
+        name = plugin_of(self.speculative_config)
+        if name:
+            out.append(f"vllm-spec-plugins drafter '{name}' (runs on the V1 model runner)")
+        return out
+
+    return _get_v2_model_runner_unsupported_features
+
+
+def _compute_hash_wrap(original):
+    def compute_hash(self):
+        base = original(self)
+        name = plugin_of(self)
+        if not name:
+            return base
+        hf = self.draft_model_config.hf_config
+        extra = [name, getattr(hf, DIST_ATTR, ""), getattr(hf, ARCH_ATTR, ""),
+                 repr(getattr(hf, "eagle_aux_hidden_state_layer_ids", None))]
+        return hashlib.sha256("|".join([base, *extra]).encode()).hexdigest()
+
+    return compute_hash
+
+
+def apply(host: PluginHost, supported: bool) -> None:
+    """Install the config-phase patches (lazily, when vLLM imports each module)."""
+    when_imported("vllm.engine.arg_utils", lambda m: wrap_method(
+        m.EngineArgs, "create_speculative_config", make_create_speculative_config(host, supported)))
+    if not supported:
+        return
+    when_imported("vllm.config.vllm", lambda m: wrap_method(
+        m.VllmConfig, "_get_v2_model_runner_unsupported_features", _unsupported_features_wrap))
+    when_imported("vllm.config.speculative", lambda m: wrap_method(
+        m.SpeculativeConfig, "compute_hash", _compute_hash_wrap))

@@ -1,0 +1,105 @@
+"""Model-runner patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry.
+
+All patches are thin: they find the plugin drafter and hand over to
+:mod:`vllm_spec_plugins.runtime`; no plugin logic lives here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from ._util import when_imported, wrap_method
+from .config import plugin_of
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+MODULE = "vllm.v1.worker.gpu_model_runner"
+
+
+def _is_plugin_drafter(runner: Any) -> bool:
+    from ..runtime.proposer import PluginProposerMixin
+
+    return isinstance(getattr(runner, "drafter", None), PluginProposerMixin)
+
+
+@contextlib.contextmanager
+def _drafter_factory(gmr: Any, spec: Any):
+    """Make the runner's ``DraftModelProposer(...)`` build the plugin proposer instead."""
+    from ..runtime.proposer import make_proposer
+
+    original = gmr.DraftModelProposer
+
+    def factory(vllm_config, device, runner=None):
+        return make_proposer(vllm_config, device, runner)
+
+    gmr.DraftModelProposer = factory
+    try:
+        yield
+    finally:
+        gmr.DraftModelProposer = original
+
+
+def _init_wrap(gmr: Any):
+    def wrap(original):
+        def __init__(self, vllm_config, device, *args, **kwargs):
+            spec = vllm_config.speculative_config
+            if not plugin_of(spec) or spec.method != "draft_model":
+                return original(self, vllm_config, device, *args, **kwargs)
+            with _drafter_factory(gmr, spec):
+                original(self, vllm_config, device, *args, **kwargs)
+            drafter = getattr(self, "drafter", None)
+            if drafter is not None and getattr(drafter, "needs_aux_hidden_states", False):
+                self.use_aux_hidden_state_outputs = True
+
+        return __init__
+
+    return wrap
+
+
+def _propose_wrap(original):
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
+                                common_attn_metadata, slot_mappings):
+        if _is_plugin_drafter(self):
+            self.drafter.stash_step(self, hidden_states=hidden_states, aux_hidden_states=aux_hidden_states)
+        return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                        sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
+                        slot_mappings)
+
+    return propose_draft_token_ids
+
+
+def _removed_wrap(original):
+    def _on_request_state_removed(self, req_id, req_state):
+        if _is_plugin_drafter(self):
+            self.drafter.on_request_removed(req_id)
+        return original(self, req_id, req_state)
+
+    return _on_request_state_removed
+
+
+def _update_states_wrap(original):
+    def _update_states(self, scheduler_output):
+        out = original(self, scheduler_output)
+        if _is_plugin_drafter(self):
+            resumed = getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ())
+            for req_id in resumed:
+                self.drafter.on_request_resumed(req_id)
+        return out
+
+    return _update_states
+
+
+def patch_module(gmr: Any) -> None:
+    cls = gmr.GPUModelRunner
+    wrap_method(cls, "__init__", _init_wrap(gmr))
+    wrap_method(cls, "propose_draft_token_ids", _propose_wrap)
+    wrap_method(cls, "_on_request_state_removed", _removed_wrap)
+    wrap_method(cls, "_update_states", _update_states_wrap)
+
+
+def apply_when_imported() -> None:
+    """Patch ``GPUModelRunner`` when vLLM imports it (only worker processes do)."""
+    when_imported(MODULE, patch_module)

@@ -1,0 +1,132 @@
+"""Signature matching: which inputs a drafter's forward asks for, and where each comes from.
+
+Pure Python (no torch, no vLLM) so it can be unit-tested and used by the test kit.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import DEFAULT_INPUTS, Drafter, ExtraInput, Source
+from ..errors import PluginContractError
+
+#: Dtype each source delivers (``"model"`` = the engine's dtype).
+SOURCE_DTYPE: dict[Source, str] = {
+    Source.TARGET_HIDDEN_LAST: "model",
+    Source.TARGET_HIDDEN_ALL: "model",
+    Source.AUX_HIDDEN_LAST: "model",
+    Source.AUX_HIDDEN_ALL: "model",
+    Source.NEXT_TOKEN_IDS: "int32",
+    Source.POSITIONS_LAST: "int64",
+    Source.NUM_ACCEPTED: "int32",
+    Source.NUM_NEW_TOKENS: "int32",
+    Source.SAMPLED_TOKEN_IDS: "int32",
+}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One parameter of a plugin callable and what fills it."""
+
+    param: str
+    source: Source
+    state: str | None = None
+    shape: tuple[int, ...] = ()
+    dtype: str = "model"
+
+
+def _where(d: Drafter, fn: Callable) -> str:
+    qual = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    return f"plugin {d.name!r} ({d.display_dist}), {d.model_class.split(':')[0]}.{qual}"
+
+
+def resolve_shape(d: Drafter, hf_config: Any, shape: tuple, what: str) -> tuple[int, ...]:
+    out = []
+    for dim in shape:
+        if isinstance(dim, int):
+            out.append(dim)
+            continue
+        value = getattr(hf_config, dim, None)
+        if not isinstance(value, int):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) declares {what} with dimension "
+                f"{dim!r}, but the draft config has {dim}={value!r} (expected an int)",
+                plugin_name=d.name, dist=d.display_dist)
+        out.append(value)
+    return tuple(out)
+
+
+def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_tokens: int) -> tuple[int, ...]:
+    """What one row of ``source`` looks like in this engine."""
+    if source in (Source.TARGET_HIDDEN_LAST, Source.TARGET_HIDDEN_ALL):
+        return (hidden_size,)
+    if source in (Source.AUX_HIDDEN_LAST, Source.AUX_HIDDEN_ALL):
+        return (num_aux * hidden_size,)
+    if source is Source.SAMPLED_TOKEN_IDS:
+        return (num_spec_tokens + 1,)
+    return ()
+
+
+def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
+         extra_names: dict[str, Source] | None = None, state_params: bool = False) -> list[Binding]:
+    """Bind every parameter of ``fn`` to a source.
+
+    Parameters are matched by name: declared extra inputs first, then the
+    defaults (:data:`~vllm_spec_plugins.api.DEFAULT_INPUTS`), then (with
+    ``state_params``) state names. A parameter with a default value that nothing
+    provides is left out; one without is a load-time error.
+
+    Raises:
+        PluginContractError: naming plugin, class and parameter, or expected vs found shape/dtype.
+    """
+    extras: dict[str, ExtraInput] = {e.name: e for e in d.extra_inputs}
+    states = {s.name: s for s in d.state}
+    defaults = dict(DEFAULT_INPUTS)
+    defaults.update(extra_names or {})
+    out: list[Binding] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in extras:
+            e = extras[p.name]
+            if e.source is Source.STATE:
+                s = states[e.state]  # validated in Drafter.__post_init__
+                out.append(Binding(p.name, Source.STATE, s.name, resolve_shape(d, hf_config, s.shape, f"state {s.name!r}"),
+                                   s.dtype))
+                continue
+            found = source_row_shape(e.source, hidden_size, num_aux, num_spec_tokens)
+            if e.shape:
+                declared = resolve_shape(d, hf_config, e.shape, f"extra input {e.name!r}")
+                if declared != found:
+                    raise PluginContractError(
+                        f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} has "
+                        f"shape per row {list(found)} in this engine, but the plugin declares {list(declared)}",
+                        plugin_name=d.name, dist=d.display_dist)
+            want = SOURCE_DTYPE[e.source]
+            if e.dtype not in ("model", want) and want != "model":
+                raise PluginContractError(
+                    f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} is {want}, "
+                    f"but the plugin declares dtype {e.dtype!r}", plugin_name=d.name, dist=d.display_dist)
+            out.append(Binding(p.name, e.source, None, found, SOURCE_DTYPE[e.source]))
+        elif p.name in defaults:
+            src = defaults[p.name]
+            out.append(Binding(p.name, src, None, source_row_shape(src, hidden_size, num_aux, num_spec_tokens),
+                               SOURCE_DTYPE[src]))
+        elif state_params and p.name in states:
+            s = states[p.name]
+            out.append(Binding(p.name, Source.STATE, s.name, resolve_shape(d, hf_config, s.shape, f"state {s.name!r}"),
+                               s.dtype))
+        elif p.default is p.empty:
+            known = sorted(set(extras) | set(defaults) | (set(states) if state_params else set()))
+            raise PluginContractError(
+                f"vllm_spec_plugins: {_where(d, fn)} takes parameter {p.name!r}, which nothing provides. "
+                f"Declare it as an ExtraInput in the plugin's Drafter(extra_inputs=...), or give it a default. "
+                f"Known names: {', '.join(known)}", plugin_name=d.name, dist=d.display_dist)
+    return out
+
+
+def needs_aux(bindings: list[Binding]) -> bool:
+    return any(b.source in (Source.AUX_HIDDEN_LAST, Source.AUX_HIDDEN_ALL) for b in bindings)

@@ -1,0 +1,316 @@
+"""The plugin drafter vLLM's model runner calls (worker processes only; imports vLLM)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+import torch
+
+from vllm.forward_context import set_forward_context
+from vllm.utils.torch_utils import is_pin_memory_available
+from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+from .._names import ENV_TRACE_DIR
+from ..api import Drafter, Source
+from ..errors import PluginContractError, PluginLoadError
+from ..manager import get_host
+from ..patch.config import ARCH_ATTR, PLUGIN_ATTR
+from .inputs import Binding, bind, needs_aux, resolve_shape
+from .state import StatePool
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+
+class PluginProposerMixin:
+    """Marker for proposers built by the shim."""
+
+
+def drafter_for(vllm_config: Any) -> Drafter:
+    hf = vllm_config.speculative_config.draft_model_config.hf_config
+    name, arch = getattr(hf, PLUGIN_ATTR), getattr(hf, ARCH_ATTR)
+    host = get_host()
+    info = host.plugins.get(name)
+    if info is not None and info.error:
+        raise host.load_error(info)
+    d = host.select([arch])
+    if d is None or d.name != name:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: the engine was configured with plugin {name!r} for architecture {arch!r}, "
+            f"but this worker process (pid {os.getpid()}) did not load it. Make sure the plugin is installed "
+            f"in the environment of every vLLM process and allowed by VLLM_SPEC_PLUGINS.", plugin_name=name)
+    return d
+
+
+def make_proposer(vllm_config: Any, device: torch.device, runner: Any = None):
+    d = drafter_for(vllm_config)
+    if d.kind == "heads":
+        return HeadsProposer(vllm_config, device, runner, drafter=d)
+    raise PluginContractError(f"vllm_spec_plugins: drafter kind {d.kind!r} of plugin {d.name!r} is not supported "
+                              f"on the draft_model route", plugin_name=d.name)
+
+
+def _import_class(d: Drafter) -> type:
+    mod, _, name = d.model_class.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), name)
+    except Exception as e:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, "
+            f"which failed to import: {type(e).__name__}: {e}", plugin_name=d.name, dist=d.display_dist) from e
+
+
+def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    if name == "model":
+        return model_dtype
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise PluginContractError(f"vllm_spec_plugins: unknown dtype {name!r}")
+    return dt
+
+
+class HeadsProposer(PluginProposerMixin, DraftModelProposer):
+    """Runs a ``heads`` plugin drafter: one forward per step, one row per request.
+
+    It subclasses :class:`DraftModelProposer` so every ``isinstance`` check and
+    the ``draft_model`` branch of the runner (padded batch, async-safe GPU
+    token ids) keep working. Inputs come from static buffers allocated here,
+    before any warm-up or graph capture; each step fills slices of them.
+    """
+
+    def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
+        # Skip DraftModelProposer.__init__: its vocab/tokenizer checks are for independent draft LMs.
+        SpecDecodeBaseProposer.__init__(self, vllm_config=vllm_config, device=device,
+                                        pass_hidden_states_to_model=False, runner=runner)
+        self._raise_if_draft_tp_mismatch()
+        self.use_heterogeneous_vocab = False
+        self.vocab_mapping = None
+        self.runner = runner
+        self.drafter = drafter
+        self.model_cls = _import_class(drafter)
+        hf = self.draft_model_config.hf_config
+        target_hidden = vllm_config.model_config.get_hidden_size()
+        aux_ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or []
+        common = dict(hf_config=hf, hidden_size=target_hidden, num_aux=len(aux_ids),
+                      num_spec_tokens=self.num_speculative_tokens)
+        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True, **common)
+        self.update_bindings: list[Binding] = []
+        if drafter.state:
+            update = getattr(self.model_cls, drafter.update_state, None)
+            if update is None:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) declares carried state "
+                    f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
+                    f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
+            self.update_bindings = bind(drafter, update, state_params=True, **common)
+        self.needs_aux_hidden_states = needs_aux(self.forward_bindings + self.update_bindings)
+        if self.needs_aux_hidden_states and not aux_ids:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} asks for aux hidden states but declares no "
+                f"aux_layer_ids config key", plugin_name=drafter.name)
+
+        self.max_reqs = vllm_config.scheduler_config.max_num_seqs
+        model_dtype = vllm_config.model_config.dtype
+        self.buffers: dict[Any, torch.Tensor] = {}
+        for b in self.forward_bindings + self.update_bindings:
+            key = ("state", b.state) if b.source is Source.STATE else b.source
+            if key in self.buffers:
+                continue
+            rows = self.max_num_tokens if b.source.rows == "token" else self.max_reqs
+            self.buffers[key] = torch.zeros((rows, *b.shape), dtype=_dtype(b.dtype, model_dtype), device=device)
+        self.pool: StatePool | None = None
+        if drafter.state:
+            specs = []
+            for s in drafter.state:
+                shape = resolve_shape(drafter, hf, s.shape, f"state {s.name!r}")
+                specs.append((s.name, shape, _dtype(s.dtype, model_dtype), float(s.init), s.on_preempt))
+                self.buffers.setdefault(("state", s.name),
+                                        torch.zeros((self.max_reqs, *shape), dtype=_dtype(s.dtype, model_dtype),
+                                                    device=device))
+            self.pool = StatePool(specs, 2 * self.max_reqs, device)
+            self._reset_on_preempt = [s.name for s in drafter.state if s.on_preempt == "reset"]
+            self.slot_index = torch.zeros(self.max_reqs, dtype=torch.int64, device=device)
+            self.slot_index_cpu = torch.zeros(self.max_reqs, dtype=torch.int64, pin_memory=is_pin_memory_available())
+        self._step: dict[str, Any] = {}
+        self._trace_dir = os.environ.get(ENV_TRACE_DIR)
+        self._trace_n = 0
+
+    # -- model -----------------------------------------------------------------
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        self.model = self._get_model()
+        bind_target = getattr(self.model, "bind_target", None)
+        if bind_target is not None:
+            bind_target(target_model)
+
+    def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
+        """Heads drafters have no attention layers and no draft KV cache."""
+        self.draft_attn_groups = []
+
+    @torch.inference_mode()
+    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                  slot_mappings: Any = None) -> None:
+        rows = max(1, min(num_tokens, self.max_reqs))
+        tokens = max(1, min(num_tokens, self.max_num_tokens))
+        with set_forward_context(None, self.vllm_config, num_tokens=rows):
+            if self.update_bindings:
+                getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
+            self.model(**self._kwargs(self.forward_bindings, rows, tokens))
+
+    # -- per-step hand-over from the runner patches ----------------------------
+
+    def stash_step(self, runner: Any, *, hidden_states: torch.Tensor,
+                   aux_hidden_states: list[torch.Tensor] | None) -> None:
+        self._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states}
+
+    def prepare_next_token_ids_padded(self, sampled_token_ids, requests, gpu_input_batch, discard_request_mask):
+        next_token_ids, valid = super().prepare_next_token_ids_padded(
+            sampled_token_ids, requests, gpu_input_batch, discard_request_mask)
+        self._step["sampled_token_ids"] = sampled_token_ids
+        self._step["valid_count"] = valid
+        self._step["req_ids"] = list(gpu_input_batch.req_ids[: gpu_input_batch.num_reqs])
+        return next_token_ids, valid
+
+    def on_request_removed(self, req_id: str) -> None:
+        if self.pool is not None:
+            self.pool.release(req_id)
+
+    def on_request_resumed(self, req_id: str) -> None:
+        if self.pool is not None and self._reset_on_preempt:
+            self.pool.reset(req_id, self._reset_on_preempt)
+
+    # -- inputs ----------------------------------------------------------------
+
+    def _kwargs(self, bindings: list[Binding], rows: int, tokens: int) -> dict[str, torch.Tensor]:
+        out = {}
+        for b in bindings:
+            key = ("state", b.state) if b.source is Source.STATE else b.source
+            n = tokens if b.source.rows == "token" else rows
+            out[b.param] = self.buffers[key][:n]
+        return out
+
+    def _fill(self, needed: set, B: int, T: int, next_token_ids: torch.Tensor, target_positions: torch.Tensor,
+              idx: torch.Tensor) -> None:
+        step = self._step
+        buf = self.buffers
+        hidden = step.get("hidden_states")
+        valid = step.get("valid_count")
+        for key in needed:
+            if key == Source.TARGET_HIDDEN_LAST:
+                torch.index_select(hidden, 0, idx, out=buf[key][:B])
+            elif key == Source.TARGET_HIDDEN_ALL:
+                buf[key][:T].copy_(hidden[:T])
+            elif key in (Source.AUX_HIDDEN_LAST, Source.AUX_HIDDEN_ALL):
+                aux = step["aux_hidden_states"]
+                width = aux[0].shape[-1]
+                for i, h in enumerate(aux):
+                    dst = buf[key][:, i * width:(i + 1) * width]
+                    if key == Source.AUX_HIDDEN_LAST:
+                        dst[:B].copy_(h.index_select(0, idx))
+                    else:
+                        dst[:T].copy_(h[:T])
+            elif key == Source.NEXT_TOKEN_IDS:
+                buf[key][:B].copy_(next_token_ids[:B])
+            elif key == Source.POSITIONS_LAST:
+                pos = target_positions[0] if target_positions.dim() == 2 else target_positions
+                buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+            elif key == Source.NUM_NEW_TOKENS:
+                buf[key][:B].copy_(valid[:B])
+            elif key == Source.NUM_ACCEPTED:
+                buf[key][:B].copy_((valid[:B] - 1).clamp_(min=0))
+            elif key == Source.SAMPLED_TOKEN_IDS:
+                s = step["sampled_token_ids"]
+                c = min(s.shape[1], buf[key].shape[1])
+                buf[key][:B].fill_(-1)
+                buf[key][:B, :c].copy_(s[:B, :c])
+
+    # -- the call --------------------------------------------------------------
+
+    @torch.inference_mode()
+    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
+                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
+        B = next_token_ids.shape[0]
+        T = common_attn_metadata.num_actual_tokens
+        k = num_speculative_tokens
+        if token_indices_to_sample is None:
+            idx = common_attn_metadata.query_start_loc[1:B + 1] - 1
+        else:
+            idx = token_indices_to_sample[:B]
+        idx = idx.to(torch.int64)
+        needed = {("state", b.state) if b.source is Source.STATE else b.source
+                  for b in self.forward_bindings + self.update_bindings}
+        self._fill({n for n in needed if not isinstance(n, tuple)}, B, T, next_token_ids, target_positions, idx)
+        if self.pool is not None:
+            self._carry_state(B)
+        with set_forward_context(None, self.vllm_config, num_tokens=B):
+            out = self.model(**self._kwargs(self.forward_bindings, B, T))
+        drafts = self._to_drafts(out, B, k)
+        if self._trace_dir:
+            self._trace(B, T, drafts)
+        return drafts
+
+    def _carry_state(self, B: int) -> None:
+        pool = self.pool
+        assert pool is not None
+        slots = pool.slots_for(self._step["req_ids"][:B])
+        self.slot_index_cpu[:B] = torch.tensor(slots, dtype=torch.int64)
+        idx = self.slot_index[:B]
+        idx.copy_(self.slot_index_cpu[:B], non_blocking=True)
+        for name in pool.tensors:
+            torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
+        if not self.update_bindings:
+            return
+        T = self._step["hidden_states"].shape[0] if "hidden_states" in self._step else 0
+        new = getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, B, T))
+        if not isinstance(new, dict) or set(new) != set(pool.tensors):
+            got = sorted(new) if isinstance(new, dict) else type(new).__name__
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {self.drafter.name!r} ({self.drafter.display_dist}): "
+                f"{self.drafter.model_class}.{self.drafter.update_state}() must return a dict with keys "
+                f"{sorted(pool.tensors)}; got {got}", plugin_name=self.drafter.name)
+        keep = self._step["valid_count"][:B] > 0
+        for name, value in new.items():
+            cur = self.buffers[("state", name)][:B]
+            if tuple(value.shape) != tuple(cur.shape):
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {self.drafter.name!r}: state {name!r} returned by "
+                    f"{self.drafter.update_state}() has shape {list(value.shape)}, expected {list(cur.shape)}",
+                    plugin_name=self.drafter.name)
+            mask = keep.view(B, *([1] * (cur.dim() - 1)))
+            cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
+            pool.tensors[name].index_copy_(0, idx, cur)
+
+    def _to_drafts(self, out: Any, B: int, k: int) -> torch.Tensor:
+        d = self.drafter
+        if not isinstance(out, torch.Tensor):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned "
+                f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
+                f"[num_reqs, k, vocab]", plugin_name=d.name)
+        if out.is_floating_point():
+            if out.dim() != 3:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {d.name!r}: forward() returned float tensor of shape "
+                    f"{list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]", plugin_name=d.name)
+            out = out.argmax(dim=-1)
+        if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned shape "
+                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]", plugin_name=d.name)
+        return out[:, :k].to(torch.int64)
+
+    def _trace(self, B: int, T: int, drafts: torch.Tensor) -> None:
+        os.makedirs(self._trace_dir, exist_ok=True)
+        record = {"drafts": drafts.cpu().clone(), "req_ids": list(self._step.get("req_ids", [])[:B]),
+                  "valid_count": self._step["valid_count"][:B].cpu().clone()}
+        for b in self.forward_bindings:
+            n = T if b.source.rows == "token" else B
+            key = ("state", b.state) if b.source is Source.STATE else b.source
+            record[b.param] = self.buffers[key][:n].cpu().clone()
+        rank = getattr(self.vllm_config.parallel_config, "rank", 0)
+        torch.save(record, os.path.join(self._trace_dir, f"r{rank}-p{os.getpid()}-{self._trace_n:06d}.pt"))
+        self._trace_n += 1

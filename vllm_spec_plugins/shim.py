@@ -1,0 +1,111 @@
+"""The ``vllm.general_plugins`` entry point: discover plugins, register them, patch vLLM.
+
+vLLM calls :func:`register` once in every process (API server, engine core, each
+worker, the model-inspection subprocess) before it builds the speculative config,
+and calls it without a guard: nothing here may raise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+
+from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK, SUPPORTED_VLLM
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+_LOCK = threading.Lock()
+_APPLIED = False
+STATUS: dict[str, object] = {"applied": False, "supported": None, "vllm": None, "error": None}
+"""What :func:`register` did in this process (for tests and debugging)."""
+
+
+def vllm_version() -> tuple[str, tuple[int, int] | None]:
+    """The installed vLLM version string and its (major, minor), without importing vllm's heavy modules."""
+    try:
+        from vllm import __version__ as ver
+    except Exception:  # pragma: no cover - vllm missing or broken
+        return "not installed", None
+    parts = ver.split(".")
+    try:
+        return ver, (int(parts[0]), int(parts[1]))
+    except (ValueError, IndexError):
+        return ver, None
+
+
+def version_supported(minor: tuple[int, int] | None) -> bool:
+    if os.environ.get(ENV_SKIP_VERSION_CHECK) == "1":
+        return True
+    return minor in SUPPORTED_VLLM
+
+
+def supported_text() -> str:
+    return " and ".join(f"{a}.{b}" for a, b in SUPPORTED_VLLM)
+
+
+def register() -> None:
+    """Entry point for ``vllm.general_plugins``. Runs once per process; never raises."""
+    global _APPLIED
+    with _LOCK:
+        if _APPLIED:
+            return
+        _APPLIED = True
+        try:
+            _register()
+            STATUS["applied"] = True
+        except Exception as e:  # never take vLLM down
+            STATUS["error"] = f"{type(e).__name__}: {e}"
+            logger.exception("vllm_spec_plugins: failed to install the runner shim; plugin drafters are "
+                             "unavailable, plain vLLM is unaffected")
+
+
+def _register() -> None:
+    if os.environ.get(ENV_ALLOW) == "":
+        # Exactly as if the package were not installed.
+        STATUS["supported"] = None
+        return
+    from .manager import get_host
+
+    ver, minor = vllm_version()
+    STATUS["vllm"] = ver
+    supported = version_supported(minor)
+    STATUS["supported"] = supported
+    host = get_host()
+    from .patch import config as config_patch
+
+    if not supported:
+        logger.warning("vllm_spec_plugins supports vLLM %s; found %s. Plugin drafters are disabled, "
+                       "plain vLLM is unaffected (set %s=1 to try anyway).", supported_text(), ver,
+                       ENV_SKIP_VERSION_CHECK)
+        config_patch.apply(host, supported=False)
+        return
+    if not host.drafters:
+        if host.broken:
+            config_patch.apply(host, supported=True)  # only to explain failures of requested drafts
+        return
+    _register_with_vllm(host)
+    config_patch.apply(host, supported=True)
+    from .patch import model_runner
+
+    model_runner.apply_when_imported()
+    names = ", ".join(f"{p.dist}-{p.version}" if p.dist else p.name for p in host.plugins.values() if not p.error)
+    logger.debug("vllm_spec_plugins: registered spec-decode plugins: %s", names)
+
+
+def _register_with_vllm(host) -> None:
+    from transformers import AutoConfig
+    from vllm import ModelRegistry
+
+    for d in host.drafters:
+        if d.config_class and d.model_type:
+            try:
+                mod, _, cls = d.config_class.partition(":")
+                config_cls = getattr(importlib.import_module(mod), cls)
+                AutoConfig.register(d.model_type, config_cls, exist_ok=True)
+            except Exception as e:
+                logger.warning("vllm_spec_plugins: plugin %r (%s) config class %s failed to import: %s: %s",
+                               d.name, d.display_dist, d.config_class, type(e).__name__, e)
+        for arch in d.architectures:
+            ModelRegistry.register_model(arch, d.model_class)

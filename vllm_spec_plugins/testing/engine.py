@@ -1,0 +1,158 @@
+"""Run a real vLLM engine in a fresh process and return greedy outputs and spec-decode metrics.
+
+A fresh process per engine keeps environment variables (``VLLM_SPEC_PLUGINS``...)
+and vLLM's global state apart; vLLM spawns its own engine-core and worker
+processes from it, which discover the plugins from their installed distributions.
+
+Usage as a script: ``python -m vllm_spec_plugins.testing.engine JOB.json OUT.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+SPEC_METRICS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
+}
+
+
+@dataclass
+class EngineResult:
+    outputs: list[list[int]]
+    metrics: dict[str, Any]
+    log: str
+    seconds: float
+    returncode: int
+    texts: list[str] = field(default_factory=list)
+    finished: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def accepted_per_pos(self) -> list[int]:
+        return [int(x) for x in self.metrics.get("accepted_per_pos", [])]
+
+
+def default_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    for k, v in (extra or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run_engine(model: str, *, speculative_config: dict | None = None, prompts: list[list[int]] | None = None,
+               text_prompts: list[str] | None = None, max_tokens: int = 32, env: dict[str, str | None] | None = None,
+               tensor_parallel_size: int = 1, llm_kwargs: dict | None = None, schedule: list[dict] | None = None,
+               python: str | None = None, timeout: float = 600, check: bool = True) -> EngineResult:
+    """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.
+
+    Args:
+        prompts: token-id prompts (the engine then skips tokenizer init), or
+        text_prompts: text prompts (needs a tokenizer in ``model``).
+        schedule: drive the engine step by step instead of ``generate``: a list of
+            ``{"step": n, "add": [prompt index, ...], "abort": [prompt index, ...]}``.
+        env: extra environment (``None`` removes a variable).
+        check: raise ``RuntimeError`` with the log tail if the engine fails.
+    """
+    job = {"model": str(model), "speculative_config": speculative_config, "prompts": prompts,
+           "text_prompts": text_prompts, "max_tokens": max_tokens, "tp": tensor_parallel_size,
+           "llm_kwargs": llm_kwargs or {}, "schedule": schedule}
+    extra = dict(env or {})
+    if tensor_parallel_size > 1:
+        extra.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tensor_parallel_size)))
+    with tempfile.TemporaryDirectory(prefix="vsp-engine-") as tmp:
+        job_path, out_path = os.path.join(tmp, "job.json"), os.path.join(tmp, "out.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        t0 = time.monotonic()
+        proc = subprocess.run([python or sys.executable, "-m", "vllm_spec_plugins.testing.engine", job_path, out_path],
+                              env=default_env(extra), capture_output=True, text=True, timeout=timeout)
+        seconds = time.monotonic() - t0
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not os.path.exists(out_path):
+            if check:
+                raise RuntimeError(f"engine failed (rc={proc.returncode}); log tail:\n{log[-6000:]}")
+            return EngineResult([], {}, log, seconds, proc.returncode)
+        with open(out_path) as f:
+            out = json.load(f)
+    return EngineResult(out["outputs"], out["metrics"], log, seconds, proc.returncode, out.get("texts", []),
+                        out.get("finished", {}))
+
+
+def _metrics(llm: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in llm.get_metrics():
+        key = SPEC_METRICS.get(m.name)
+        if key is None:
+            continue
+        if hasattr(m, "values"):
+            prev = out.get(key) or [0] * len(m.values)
+            out[key] = [a + b for a, b in zip(prev, m.values)]
+        else:
+            out[key] = out.get(key, 0) + m.value
+    return out
+
+
+def _main(job_path: str, out_path: str) -> None:
+    with open(job_path) as f:
+        job = json.load(f)
+    from vllm import LLM, SamplingParams
+
+    kwargs = dict(model=job["model"], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=512,
+                  dtype="float32", seed=0, disable_log_stats=False, tensor_parallel_size=job["tp"],
+                  max_num_seqs=8)
+    if job["prompts"] is not None:
+        kwargs["skip_tokenizer_init"] = True
+    if job["speculative_config"] is not None:
+        kwargs["speculative_config"] = job["speculative_config"]
+    kwargs.update(job["llm_kwargs"])
+    llm = LLM(**kwargs)
+    params = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"], ignore_eos=True)
+    if job["prompts"] is not None:
+        inputs = [{"prompt_token_ids": p} for p in job["prompts"]]
+    else:
+        inputs = list(job["text_prompts"])
+    texts: list[str] = []
+    finished: dict[str, list[int]] = {}
+    if job["schedule"]:
+        engine = llm.llm_engine
+        plan = {s["step"]: s for s in job["schedule"]}
+        step = 0
+        while True:
+            s = plan.get(step, {})
+            for i in s.get("add", []):
+                engine.add_request(str(i), inputs[i], params)
+            if s.get("abort"):
+                engine.abort_request([str(i) for i in s["abort"]])
+            if not engine.has_unfinished_requests() and step > max(plan):
+                break
+            for o in engine.step():
+                if o.finished:
+                    finished[o.request_id] = list(o.outputs[0].token_ids) if o.outputs else []
+            step += 1
+        outputs = [finished.get(str(i), []) for i in range(len(inputs))]
+    else:
+        results = llm.generate(inputs, params, use_tqdm=False)
+        outputs = [list(r.outputs[0].token_ids) for r in results]
+        texts = [r.outputs[0].text or "" for r in results]
+    with open(out_path, "w") as f:
+        json.dump({"outputs": outputs, "metrics": _metrics(llm), "texts": texts, "finished": finished}, f)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,114 @@
+"""Deterministic tiny checkpoints that need no download.
+
+The target is a random 2-layer Llama (hidden 128, vocab 259: 3 specials + 256 bytes)
+with a byte-level tokenizer. Random tiny targets repeat themselves a lot, so a draft
+that proposes "the target's own next token again" gets accepted often: that
+exercises the acceptance paths without a trained draft.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+VOCAB = 259
+HIDDEN = 128
+
+
+def _tokenizer(path: Path) -> None:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(256):
+        vocab.setdefault(chr(i), len(vocab))
+    while len(vocab) < VOCAB:  # chr() of the specials' code points collide with nothing, but be safe
+        vocab[f"<extra_{len(vocab)}>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(path)
+
+
+def make_tiny_target(path: str | os.PathLike, seed: int = 0) -> Path:
+    """A random tiny Llama target with a byte tokenizer (about 1 MB). Idempotent."""
+    path = Path(path)
+    if (path / "config.json").exists() and (path / "model.safetensors").exists():
+        return path
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, torch_dtype="float32")
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    with torch.no_grad():  # larger weights make a more peaked, more repetitive random LM
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    model.save_pretrained(path, safe_serialization=True)
+    _tokenizer(path)
+    return path
+
+
+def target_lm_head(target: str | os.PathLike):
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(target) / "model.safetensors"))["lm_head.weight"]
+
+
+def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_heads: int = 3,
+                     num_layers: int = 1, biases: bool = False, layout: str = "new", seed: int = 1,
+                     noise: float = 0.02, fmt: str = "safetensors") -> Path:
+    """A Medusa checkpoint for the tiny target.
+
+    Head 0's residual block is zero and every lm_head is the target's, so head 0
+    proposes the target's own next token again (accepted often on a repetitive
+    random target); later heads add small random residuals.
+
+    Args:
+        layout: ``"new"`` (``blocks.*``/``lm_heads.*``, ``model_type: medusa``) or ``"old"``
+            (FasterDecoding ``{h}.{l}.linear.*``/``{h}.{N}.weight``, ``medusa_num_heads``, no model_type).
+        biases: give every residual Linear a bias (FasterDecoding trains them).
+        fmt: ``safetensors``, ``bin`` or ``pt``.
+    """
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    lm = target_lm_head(target)
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for h in range(num_heads):
+        for layer in range(num_layers):
+            w = torch.zeros(HIDDEN, HIDDEN) if h == 0 else torch.randn(HIDDEN, HIDDEN, generator=g) * noise
+            b = torch.randn(HIDDEN, generator=g) * (noise * 10) if biases else None
+            if layout == "new":
+                sd[f"blocks.{h}.layers.{layer}.weight"] = w
+                if b is not None:
+                    sd[f"blocks.{h}.layers.{layer}.bias"] = b
+            else:
+                sd[f"{h}.{layer}.linear.weight"] = w
+                if b is not None:
+                    sd[f"{h}.{layer}.linear.bias"] = b
+        key = f"lm_heads.{h}.weight" if layout == "new" else f"{h}.{num_layers}.weight"
+        sd[key] = lm.clone()
+    if layout == "new":
+        cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": HIDDEN,
+               "vocab_size": VOCAB, "num_heads": num_heads, "num_hidden_layers": num_layers}
+    else:
+        cfg = {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers, "hidden_size": HIDDEN,
+               "vocab_size": VOCAB, "base_model_name_or_path": str(target)}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {k: v.contiguous() for k, v in sd.items()}
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(sd, str(path / "medusa_lm_head.safetensors"))
+    else:
+        torch.save(sd, str(path / ("medusa_lm_head.pt" if fmt == "pt" else "pytorch_model.bin")))
+    return path
