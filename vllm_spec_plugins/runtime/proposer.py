@@ -306,7 +306,8 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
     def _trace(self, B: int, T: int, drafts: torch.Tensor) -> None:
         os.makedirs(self._trace_dir, exist_ok=True)
         record = {"drafts": drafts.cpu().clone(), "req_ids": list(self._step.get("req_ids", [])[:B]),
-                  "valid_count": self._step["valid_count"][:B].cpu().clone()}
+                  "valid_count": self._step["valid_count"][:B].cpu().clone(),
+                  "live_state_slots": len(self.pool) if self.pool is not None else None}
         for b in self.forward_bindings:
             n = T if b.source.rows == "token" else B
             key = ("state", b.state) if b.source is Source.STATE else b.source

@@ -23,6 +23,7 @@ SPEC_METRICS = {
     "vllm:spec_decode_num_draft_tokens": "draft_tokens",
     "vllm:spec_decode_num_accepted_tokens": "accepted",
     "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
+    "vllm:num_preemptions": "preemptions",
 }
 
 

@@ -1,0 +1,69 @@
+"""Shared fixtures: tiny checkpoints built once per session, plugin fixtures installed as distributions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Several prompts of different lengths (token ids of the byte-level tiny target).
+PROMPTS = [
+    [1, 50, 60, 70, 80],
+    [1, 100, 101, 102],
+    [1, 7, 7, 7, 7, 7, 30],
+    [1, 200, 13, 45, 99, 120, 33, 81, 9, 64, 210],
+    [1, 33],
+    [1, 66, 67, 68, 69, 70, 71],
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Tiny target and draft checkpoints (no download)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from vllm_spec_plugins.testing.fixtures import make_tiny_medusa, make_tiny_target
+
+    d = tmp_path_factory.mktemp("ckpt")
+    target = make_tiny_target(d / "target")
+    state = d / "state"
+    state.mkdir()
+    (state / "config.json").write_text(json.dumps({
+        "model_type": "vsp_state_test", "architectures": ["StateTestDrafter"], "hidden_size": 128,
+        "vocab_size": 259, "num_heads": 4}))
+    save_file({"one": torch.ones(1)}, str(state / "model.safetensors"))
+    return {
+        "target": target,
+        "medusa": make_tiny_medusa(d / "medusa", target, num_heads=3),
+        "medusa_old_bias": make_tiny_medusa(d / "medusa_old_bias", target, num_heads=3, biases=True,
+                                            layout="old", fmt="pt"),
+        "state": state,
+    }
+
+
+@pytest.fixture(scope="session")
+def broken_plugin_path(tmp_path_factory) -> str:
+    """A broken third-party plugin distribution, pip-installed into a folder for PYTHONPATH."""
+    target = tmp_path_factory.mktemp("broken-site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target),
+                    str(ROOT / "tests" / "plugins" / "broken_plugin")], check=True)
+    return str(target)
+
+
+def with_pythonpath(path: str) -> dict[str, str]:
+    old = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": path + (os.pathsep + old if old else "")}

@@ -1,0 +1,131 @@
+"""Real vLLM engines (CPU build) serving the Medusa plugin.
+
+Oracles: greedy output with speculation equals greedy output without it, bit for
+bit; on vLLM 0.32 the built-in Medusa gives the same per-position acceptance as our
+plugin on the same bias-free checkpoint; with biases, our drafts equal a plain-torch
+reference of the Medusa heads on the very hidden states the engine fed them.
+"""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import PROMPTS, with_pythonpath
+from vllm_spec_plugins.testing.engine import run_engine
+
+MAX_TOKENS = 48
+INFO_LINE = "vllm_spec_plugins: draft '{}' served by plugin 'medusa' (vllm-spec-medusa 0.1.0)"
+
+
+def _vllm_minor() -> tuple[int, int]:
+    import vllm
+
+    a, b = vllm.__version__.split(".")[:2]
+    return int(a), int(b)
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny, broken_plugin_path):
+    # A broken third-party plugin is installed in this engine's environment: plain vLLM must start anyway.
+    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(broken_plugin_path))
+
+
+@pytest.fixture(scope="module")
+def ours(tiny, broken_plugin_path):
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
+    return run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                      env=with_pythonpath(broken_plugin_path))
+
+
+def test_plain_vllm_starts_with_a_broken_plugin_installed(baseline):
+    assert "brokenthing" in baseline.log and "vsp-test-broken-plugin 6.6.6" in baseline.log
+    assert "this_module_does_not_exist_anywhere" in baseline.log
+    assert len(baseline.outputs) == len(PROMPTS) and all(len(o) == MAX_TOKENS for o in baseline.outputs)
+
+
+def test_greedy_output_equals_no_speculation(baseline, ours):
+    assert ours.outputs == baseline.outputs
+    assert ours.metrics["drafts"] > 0 and ours.metrics["draft_tokens"] == 3 * ours.metrics["drafts"]
+    assert ours.metrics["accepted"] > 0
+    assert len(ours.accepted_per_pos) == 3 and ours.accepted_per_pos[0] > 0
+
+
+def test_info_line_names_plugin_distribution_and_version(tiny, ours):
+    assert INFO_LINE.format(tiny["medusa"]) in ours.log
+
+
+@pytest.mark.skipif(_vllm_minor() != (0, 32), reason="vLLM 0.33 removed the built-in Medusa oracle")
+def test_parity_with_vllm_builtin_medusa(tiny, ours, baseline):
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
+    builtin = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                         env={"VLLM_SPEC_PLUGINS": ""})
+    assert "vllm_spec_plugins" not in builtin.log  # an empty allow-list means: as if not installed
+    assert builtin.outputs == baseline.outputs
+    assert builtin.metrics["drafts"] == ours.metrics["drafts"]
+    assert builtin.accepted_per_pos == ours.accepted_per_pos
+
+
+def _reference_drafts(ckpt_sd: dict, hidden: torch.Tensor, k: int, num_layers: int, bias: bool) -> torch.Tensor:
+    out = []
+    for h in range(k):
+        x = hidden
+        for layer in range(num_layers):
+            w = ckpt_sd[f"{h}.{layer}.linear.weight"]
+            b = ckpt_sd[f"{h}.{layer}.linear.bias"] if bias else None
+            x = x + F.silu(F.linear(x, w, b))
+        out.append(F.linear(x, ckpt_sd[f"{h}.{num_layers}.weight"]).argmax(-1))
+    return torch.stack(out, dim=1)
+
+
+def test_old_layout_with_biases_matches_torch_reference(tiny, baseline, tmp_path):
+    """FasterDecoding layout (.pt, {h}.{l}.linear.*, medusa_num_heads, no model_type), biases kept, K < heads."""
+    trace = tmp_path / "trace"
+    spec = {"model": str(tiny["medusa_old_bias"]), "num_speculative_tokens": 2, "method": "medusa"}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+    assert r.outputs == baseline.outputs
+    assert INFO_LINE.format(tiny["medusa_old_bias"]) in r.log
+    sd = torch.load(tiny["medusa_old_bias"] / "medusa_lm_head.pt", weights_only=True)
+    records = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(trace / "*.pt")))]
+    assert records, "no drafting step was traced"
+    compared = differs_without_bias = 0
+    for rec in records:
+        rows = rec["valid_count"] > 0
+        assert rec["drafts"].shape[1] == 2
+        ref = _reference_drafts(sd, rec["hidden_states"], 2, 1, bias=True)
+        assert torch.equal(rec["drafts"][rows], ref[rows])
+        no_bias = _reference_drafts(sd, rec["hidden_states"], 2, 1, bias=False)
+        differs_without_bias += int((no_bias[rows] != ref[rows]).any(dim=1).sum())
+        compared += int(rows.sum())
+    assert compared >= len(PROMPTS) * 5
+    assert differs_without_bias > 0, "the checkpoint biases never changed a draft: the test cannot tell"
+
+
+def test_more_tokens_than_heads_is_an_error(tiny):
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 5}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS[:1], max_tokens=4, check=False)
+    assert r.returncode != 0
+    assert "num_speculative_tokens=5" in r.log and "at most 3 tokens per step" in r.log
+    assert "plugin 'medusa'" in r.log and "vllm-spec-medusa 0.1.0" in r.log
+
+
+def test_requesting_a_broken_plugin_says_how_to_fix_or_skip_it(tiny, broken_plugin_path):
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3, "method": "brokenthing"}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS[:1], max_tokens=4, check=False,
+                   env=with_pythonpath(broken_plugin_path))
+    assert r.returncode != 0
+    assert "plugin 'brokenthing' (entry point brokenthing = vsp_broken_plugin, vsp-test-broken-plugin 6.6.6)" in r.log
+    assert "ModuleNotFoundError" in r.log and "pip uninstall vsp-test-broken-plugin" in r.log
+    assert "VLLM_SPEC_PLUGINS" in r.log
+
+
+def test_tensor_parallel_2_equals_tp1(tiny, baseline, ours):
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   tensor_parallel_size=2)
+    assert r.outputs == baseline.outputs
+    assert r.accepted_per_pos == ours.accepted_per_pos

@@ -1,0 +1,174 @@
+"""Validation of the public dataclasses (Drafter, ExtraInput, StateSpec) and Source."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from vllm_spec_plugins import DEFAULT_INPUTS, Drafter, ExtraInput, Source, StateSpec
+
+
+def drafter(**kw):
+    kw.setdefault("architectures", ("Toy",))
+    kw.setdefault("model_class", "toy.model:Toy")
+    return Drafter(**kw)
+
+
+# -- Drafter -------------------------------------------------------------------
+
+
+def test_minimal_drafter_defaults():
+    d = drafter(architectures=["A", "B"])
+    assert d.architectures == ("A", "B")  # list normalised to tuple
+    assert d.kind == "heads"
+    assert d.extra_inputs == () and d.state == ()
+    assert d.position_free is True
+    assert d.update_state == "update_state"
+    assert d.name == "" and d.dist == ""
+    assert d.display_dist == "unknown distribution"
+    assert dataclasses.replace(d, dist="x 1.0").display_dist == "x 1.0"
+
+
+def test_drafter_is_frozen():
+    d = drafter()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.kind = "attention"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("ref", ["toy.model.Toy", ":Toy", "toy.model:", ""])
+def test_bad_model_class_ref(ref):
+    with pytest.raises(ValueError, match=r"model_class must be 'module:Class'"):
+        drafter(model_class=ref)
+
+
+@pytest.mark.parametrize("ref", ["toy.config.Cfg", ":Cfg", "toy.config:"])
+def test_bad_config_class_ref(ref):
+    with pytest.raises(ValueError, match=r"config_class must be 'module:Class'"):
+        drafter(config_class=ref, model_type="toy")
+
+
+def test_config_class_without_model_type():
+    with pytest.raises(ValueError, match="config_class needs model_type"):
+        drafter(config_class="toy.config:Cfg")
+    assert drafter(config_class="toy.config:Cfg", model_type="toy").model_type == "toy"
+
+
+def test_no_architectures():
+    with pytest.raises(ValueError, match="at least one architecture"):
+        drafter(architectures=())
+
+
+def test_bad_kind():
+    with pytest.raises(ValueError, match=r"kind must be 'heads' or 'attention', got 'tree'"):
+        drafter(kind="tree")
+    assert drafter(kind="attention").kind == "attention"
+
+
+def test_duplicate_extra_names():
+    e1 = ExtraInput(name="aux", source=Source.AUX_HIDDEN_LAST)
+    e2 = ExtraInput(name="aux", source=Source.AUX_HIDDEN_ALL)
+    e3 = ExtraInput(name="n", source=Source.NUM_ACCEPTED)
+    with pytest.raises(ValueError, match=r"extra input\(s\) \['aux'\] twice"):
+        drafter(extra_inputs=[e1, e3, e2])
+    assert drafter(extra_inputs=[e1, e3]).extra_inputs == (e1, e3)
+
+
+def test_extra_reads_undeclared_state():
+    e = ExtraInput(name="h", source=Source.STATE, state="hidden")
+    with pytest.raises(ValueError, match=r"extra input 'h' reads state 'hidden', which is not declared in state="):
+        drafter(extra_inputs=(e,))
+    with pytest.raises(ValueError, match="reads state 'hidden'"):
+        drafter(extra_inputs=(e,), state=(StateSpec(name="other"),))
+    ok = drafter(extra_inputs=(e,), state=[StateSpec(name="hidden", shape=("hidden_size",))])
+    assert ok.state[0].name == "hidden" and isinstance(ok.state, tuple)
+
+
+# -- ExtraInput ------------------------------------------------------------------
+
+
+def test_extra_input_coerces_source_and_shape():
+    e = ExtraInput(name="acc", source="num_accepted", shape=[4, "hidden_size"])
+    assert e.source is Source.NUM_ACCEPTED
+    assert e.shape == (4, "hidden_size")
+    assert e.dtype == "model" and e.state is None
+
+
+def test_extra_input_unknown_source():
+    with pytest.raises(ValueError, match="not_a_source"):
+        ExtraInput(name="x", source="not_a_source")
+
+
+def test_state_source_without_state_name():
+    with pytest.raises(ValueError, match=r"ExtraInput 'h': give state= exactly when source is Source.STATE"):
+        ExtraInput(name="h", source=Source.STATE)
+
+
+def test_state_name_without_state_source():
+    with pytest.raises(ValueError, match=r"ExtraInput 'h': give state= exactly when source is Source.STATE"):
+        ExtraInput(name="h", source=Source.TARGET_HIDDEN_LAST, state="hidden")
+
+
+@pytest.mark.parametrize("name", ["1abc", "my-input", "a b", ""])
+def test_extra_input_non_identifier(name):
+    with pytest.raises(ValueError, match="is not a Python identifier"):
+        ExtraInput(name=name, source=Source.NUM_ACCEPTED)
+
+
+# -- StateSpec -------------------------------------------------------------------
+
+
+def test_state_spec_defaults():
+    s = StateSpec(name="h", shape=["hidden_size"])
+    assert s.shape == ("hidden_size",)
+    assert (s.dtype, s.init, s.on_preempt) == ("model", 0.0, "keep")
+    assert StateSpec(name="h", on_preempt="reset").on_preempt == "reset"
+
+
+@pytest.mark.parametrize("policy", ["drop", "KEEP", "", None])
+def test_state_spec_bad_on_preempt(policy):
+    with pytest.raises(ValueError, match=r"on_preempt must be 'keep' or 'reset'"):
+        StateSpec(name="h", on_preempt=policy)
+
+
+@pytest.mark.parametrize("name", ["2x", "x.y", "with space", ""])
+def test_state_spec_non_identifier(name):
+    with pytest.raises(ValueError, match=r"StateSpec name .* is not a Python identifier"):
+        StateSpec(name=name)
+
+
+# -- Source ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source,rows", [
+    (Source.TARGET_HIDDEN_LAST, "request"),
+    (Source.TARGET_HIDDEN_ALL, "token"),
+    (Source.AUX_HIDDEN_LAST, "request"),
+    (Source.AUX_HIDDEN_ALL, "token"),
+    (Source.NEXT_TOKEN_IDS, "request"),
+    (Source.POSITIONS_LAST, "request"),
+    (Source.NUM_ACCEPTED, "request"),
+    (Source.NUM_NEW_TOKENS, "request"),
+    (Source.SAMPLED_TOKEN_IDS, "request"),
+    (Source.STATE, "request"),
+])
+def test_source_rows(source, rows):
+    assert source.rows == rows
+
+
+def test_every_source_has_a_rows_case():
+    assert {s.rows for s in Source} == {"request", "token"}
+    assert [s for s in Source if s.rows == "token"] == [Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL]
+
+
+def test_source_is_str_enum():
+    assert Source("state") is Source.STATE
+    assert Source.NEXT_TOKEN_IDS == "next_token_ids"
+
+
+def test_default_inputs():
+    assert DEFAULT_INPUTS == {
+        "hidden_states": Source.TARGET_HIDDEN_LAST,
+        "next_token_ids": Source.NEXT_TOKEN_IDS,
+        "positions": Source.POSITIONS_LAST,
+    }

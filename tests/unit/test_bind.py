@@ -1,0 +1,251 @@
+"""Signature binding of a drafter's forward / state-carry hook (runtime.inputs.bind)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+
+from vllm_spec_plugins import Drafter, ExtraInput, PluginContractError, Source, StateSpec
+from vllm_spec_plugins.runtime.inputs import Binding, bind, needs_aux, resolve_shape, source_row_shape
+
+HIDDEN = 64
+
+
+def make(**kw) -> Drafter:
+    d = Drafter(architectures=("ToyDrafter",), model_class="toy_pkg.model:ToyModel", **kw)
+    return dataclasses.replace(d, name="toy", dist="toy-dist 1.2")
+
+
+def cfg(**kw):
+    kw.setdefault("hidden_size", HIDDEN)
+    return types.SimpleNamespace(**kw)
+
+
+def run(d, fn, *, hf=None, hidden=HIDDEN, num_aux=0, k=3, **kw):
+    return bind(d, fn, hf_config=hf if hf is not None else cfg(), hidden_size=hidden, num_aux=num_aux,
+                num_spec_tokens=k, **kw)
+
+
+class ToyModel:
+    def forward(self, hidden_states, next_token_ids, positions):
+        ...
+
+    def needs_unknown(self, hidden_states, mystery):
+        ...
+
+    def optional_unknown(self, hidden_states, temperature=1.0, *args, **kwargs):
+        ...
+
+
+def test_default_inputs():
+    out = run(make(), ToyModel.forward)
+    assert out == [
+        Binding("hidden_states", Source.TARGET_HIDDEN_LAST, None, (HIDDEN,), "model"),
+        Binding("next_token_ids", Source.NEXT_TOKEN_IDS, None, (), "int32"),
+        Binding("positions", Source.POSITIONS_LAST, None, (), "int64"),
+    ]
+    assert not needs_aux(out)
+
+
+def test_subset_of_defaults_in_signature_order():
+    def forward(positions, hidden_states):
+        ...
+
+    assert [b.param for b in run(make(), forward)] == ["positions", "hidden_states"]
+
+
+def test_declared_extras():
+    d = make(extra_inputs=(
+        ExtraInput(name="aux", source=Source.AUX_HIDDEN_LAST),
+        ExtraInput(name="all_hidden", source=Source.TARGET_HIDDEN_ALL, shape=("hidden_size",)),
+        ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS, dtype="int32"),
+        ExtraInput(name="n_acc", source=Source.NUM_ACCEPTED),
+        ExtraInput(name="num_new", source=Source.NUM_NEW_TOKENS, shape=()),
+    ))
+
+    def forward(self, hidden_states, aux, all_hidden, sampled, n_acc, num_new):
+        ...
+
+    out = run(d, forward, num_aux=3, k=4)
+    assert out == [
+        Binding("hidden_states", Source.TARGET_HIDDEN_LAST, None, (HIDDEN,), "model"),
+        Binding("aux", Source.AUX_HIDDEN_LAST, None, (3 * HIDDEN,), "model"),
+        Binding("all_hidden", Source.TARGET_HIDDEN_ALL, None, (HIDDEN,), "model"),
+        Binding("sampled", Source.SAMPLED_TOKEN_IDS, None, (5,), "int32"),
+        Binding("n_acc", Source.NUM_ACCEPTED, None, (), "int32"),
+        Binding("num_new", Source.NUM_NEW_TOKENS, None, (), "int32"),
+    ]
+    assert needs_aux(out)
+
+
+def test_extra_overrides_default_name():
+    d = make(extra_inputs=(ExtraInput(name="hidden_states", source=Source.AUX_HIDDEN_LAST),))
+
+    def forward(hidden_states):
+        ...
+
+    assert run(d, forward, num_aux=2) == [Binding("hidden_states", Source.AUX_HIDDEN_LAST, None, (2 * HIDDEN,))]
+
+
+def test_extra_names_argument_adds_defaults():
+    def forward(hidden_states, accepted):
+        ...
+
+    out = run(make(), forward, extra_names={"accepted": Source.NUM_ACCEPTED})
+    assert out[1] == Binding("accepted", Source.NUM_ACCEPTED, None, (), "int32")
+
+
+def test_state_params():
+    d = make(state=(StateSpec(name="acc", shape=(3,), dtype="int64"),
+                    StateSpec(name="h", shape=("hidden_size",))))
+
+    def update_state(self, acc, h, next_token_ids):
+        ...
+
+    out = run(d, update_state, state_params=True)
+    assert out == [
+        Binding("acc", Source.STATE, "acc", (3,), "int64"),
+        Binding("h", Source.STATE, "h", (HIDDEN,), "model"),
+        Binding("next_token_ids", Source.NEXT_TOKEN_IDS, None, (), "int32"),
+    ]
+
+
+def test_state_params_need_the_flag():
+    d = make(state=(StateSpec(name="acc", shape=(3,)),))
+
+    def forward(acc):
+        ...
+
+    with pytest.raises(PluginContractError, match="takes parameter 'acc', which nothing provides"):
+        run(d, forward)
+
+
+def test_state_through_extra_input_under_another_name():
+    d = make(state=(StateSpec(name="memory", shape=(2, "hidden_size"), dtype="float32"),),
+             extra_inputs=(ExtraInput(name="mem", source=Source.STATE, state="memory"),))
+
+    def forward(hidden_states, mem):
+        ...
+
+    assert run(d, forward)[1] == Binding("mem", Source.STATE, "memory", (2, HIDDEN), "float32")
+
+
+def test_parameter_with_default_not_provided_is_omitted():
+    out = run(make(), ToyModel.optional_unknown)
+    assert [b.param for b in out] == ["hidden_states"]
+
+
+def test_parameter_without_default_nothing_provides():
+    with pytest.raises(PluginContractError) as ei:
+        run(make(extra_inputs=(ExtraInput(name="n_acc", source=Source.NUM_ACCEPTED),)), ToyModel.needs_unknown)
+    msg = str(ei.value)
+    assert "plugin 'toy' (toy-dist 1.2)" in msg
+    assert "toy_pkg.model.ToyModel.needs_unknown" in msg
+    assert "parameter 'mystery'" in msg
+    assert "Known names: hidden_states, n_acc, next_token_ids, positions" in msg
+    assert (ei.value.plugin_name, ei.value.dist) == ("toy", "toy-dist 1.2")
+
+
+def test_shape_mismatch_reports_expected_and_found():
+    d = make(extra_inputs=(ExtraInput(name="h_all", source=Source.TARGET_HIDDEN_ALL, shape=("hidden_size",)),))
+
+    def forward(h_all):
+        ...
+
+    with pytest.raises(PluginContractError) as ei:
+        run(d, forward, hf=cfg(hidden_size=32), hidden=64)
+    msg = str(ei.value)
+    assert "extra input 'h_all' from target_hidden_all has shape per row [64] in this engine" in msg
+    assert "the plugin declares [32]" in msg
+    assert "plugin 'toy' (toy-dist 1.2)" in msg
+
+
+def test_shape_mismatch_aux_int_dims():
+    d = make(extra_inputs=(ExtraInput(name="aux", source=Source.AUX_HIDDEN_ALL, shape=(2 * HIDDEN,)),))
+
+    def forward(aux):
+        ...
+
+    assert run(d, forward, num_aux=2)[0].shape == (2 * HIDDEN,)
+    with pytest.raises(PluginContractError, match=r"shape per row \[192\] in this engine, but the plugin declares \[128\]"):
+        run(d, forward, num_aux=3)
+
+
+def test_shape_of_scalar_source_declared_as_vector():
+    d = make(extra_inputs=(ExtraInput(name="n", source=Source.NUM_ACCEPTED, shape=(1,)),))
+
+    def forward(n):
+        ...
+
+    with pytest.raises(PluginContractError, match=r"shape per row \[\] in this engine, but the plugin declares \[1\]"):
+        run(d, forward)
+
+
+def test_shape_dims_resolved_from_config_attribute():
+    d = make(extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS, shape=("num_heads_plus_one",)),))
+
+    def forward(sampled):
+        ...
+
+    assert run(d, forward, hf=cfg(num_heads_plus_one=4), k=3) == [
+        Binding("sampled", Source.SAMPLED_TOKEN_IDS, None, (4,), "int32")]
+    with pytest.raises(PluginContractError, match=r"has shape per row \[4\] .* declares \[6\]"):
+        run(d, forward, hf=cfg(num_heads_plus_one=6), k=3)
+
+
+@pytest.mark.parametrize("value", [None, "64", 64.0])
+def test_non_int_config_attribute(value):
+    d = make(extra_inputs=(ExtraInput(name="h_all", source=Source.TARGET_HIDDEN_ALL, shape=("hidden_size",)),))
+
+    def forward(h_all):
+        ...
+
+    with pytest.raises(PluginContractError) as ei:
+        run(d, forward, hf=cfg(hidden_size=value))
+    assert f"with dimension 'hidden_size', but the draft config has hidden_size={value!r} (expected an int)" in str(
+        ei.value)
+    assert "extra input 'h_all'" in str(ei.value)
+
+
+def test_missing_config_attribute_for_state():
+    d = make(state=(StateSpec(name="acc", shape=("state_width",)),))
+
+    def update_state(acc):
+        ...
+
+    with pytest.raises(PluginContractError, match=r"state 'acc' with dimension 'state_width'.*state_width=None"):
+        run(d, update_state, state_params=True)
+
+
+@pytest.mark.parametrize("declared", ["float32", "int64", "bfloat16"])
+def test_dtype_mismatch(declared):
+    d = make(extra_inputs=(ExtraInput(name="next_ids", source=Source.NEXT_TOKEN_IDS, dtype=declared),))
+
+    def forward(next_ids):
+        ...
+
+    with pytest.raises(PluginContractError) as ei:
+        run(d, forward)
+    assert f"extra input 'next_ids' from next_token_ids is int32, but the plugin declares dtype {declared!r}" in str(
+        ei.value)
+
+
+@pytest.mark.parametrize("declared", ["model", "int64"])
+def test_dtype_ok(declared):
+    d = make(extra_inputs=(ExtraInput(name="pos", source=Source.POSITIONS_LAST, dtype=declared),))
+
+    def forward(pos):
+        ...
+
+    assert run(d, forward)[0].dtype == "int64"
+
+
+def test_resolve_shape_and_source_row_shape():
+    d = make()
+    assert resolve_shape(d, cfg(hidden_size=8, n=3), (2, "hidden_size", "n"), "x") == (2, 8, 3)
+    assert source_row_shape(Source.TARGET_HIDDEN_LAST, 8, 2, 3) == (8,)
+    assert source_row_shape(Source.AUX_HIDDEN_ALL, 8, 2, 3) == (16,)
+    assert source_row_shape(Source.SAMPLED_TOKEN_IDS, 8, 2, 3) == (4,)
+    assert source_row_shape(Source.NUM_NEW_TOKENS, 8, 2, 3) == ()

@@ -1,0 +1,301 @@
+"""The vllm.general_plugins entry point (shim.register) and the config-phase finalize_spec."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+
+from vllm_spec_plugins import PluginContractError, UnsupportedVllmError, shim
+from vllm_spec_plugins.patch import _util
+from vllm_spec_plugins.patch.config import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR, finalize_spec, plugin_of
+
+from .fakes import FakeEntryPoint, attach, heads, host_with, plugin_registering
+
+# -- register() ------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_shim(monkeypatch):
+    """register() as if never called in this process; restores the module state afterwards."""
+    monkeypatch.setattr(shim, "_APPLIED", False)
+    monkeypatch.setattr(shim, "STATUS", {"applied": False, "supported": None, "vllm": None, "error": None})
+    return shim
+
+
+def test_register_never_raises(fresh_shim, monkeypatch, caplog):
+    def boom():
+        raise RuntimeError("patch target moved")
+
+    monkeypatch.setattr(shim, "_register", boom)
+    with attach(caplog.handler, "vllm.spec_plugins"):
+        assert shim.register() is None
+    assert shim.STATUS["error"] == "RuntimeError: patch target moved"
+    assert shim.STATUS["applied"] is False
+    assert shim._APPLIED is True
+    assert any("failed to install the runner shim" in r.getMessage() and r.levelno == logging.ERROR
+               for r in caplog.records)
+
+
+def test_register_runs_once(fresh_shim, monkeypatch):
+    calls = []
+    monkeypatch.setattr(shim, "_register", lambda: calls.append(1))
+    shim.register()
+    shim.register()
+    shim.register()
+    assert calls == [1]
+    assert shim.STATUS["applied"] is True and shim.STATUS["error"] is None
+
+
+def test_register_once_even_after_failure(fresh_shim, monkeypatch):
+    calls = []
+
+    def boom():
+        calls.append(1)
+        raise ValueError("x")
+
+    monkeypatch.setattr(shim, "_register", boom)
+    shim.register()
+    shim.register()
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("minor,ok", [((0, 32), True), ((0, 33), True), ((0, 31), False), ((0, 34), False),
+                                      ((1, 32), False), (None, False)])
+def test_version_supported(monkeypatch, minor, ok):
+    monkeypatch.delenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", raising=False)
+    assert shim.version_supported(minor) is ok
+
+
+@pytest.mark.parametrize("minor", [(0, 31), None, (0, 32)])
+def test_version_check_skipped(monkeypatch, minor):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", "1")
+    assert shim.version_supported(minor) is True
+
+
+def test_version_check_skip_needs_exactly_1(monkeypatch):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", "yes")
+    assert shim.version_supported((0, 31)) is False
+
+
+def test_supported_text():
+    assert shim.supported_text() == "0.32 and 0.33"
+
+
+def test_empty_allow_list_does_nothing(fresh_shim, monkeypatch):
+    import vllm_spec_plugins.manager as manager
+
+    def must_not_run(*a, **k):
+        raise AssertionError("must not be called")
+
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS", "")
+    monkeypatch.setattr(manager, "get_host", must_not_run)
+    monkeypatch.setattr(shim, "vllm_version", must_not_run)
+    hooks_before = {k: list(v) for k, v in _util._hooks.items()}
+    assert shim._register() is None
+    assert _util._hooks == hooks_before
+    assert shim.STATUS["supported"] is None and shim.STATUS["vllm"] is None
+    # and through the public entry point
+    shim.register()
+    assert shim.STATUS["applied"] is True and shim.STATUS["error"] is None
+    assert _util._hooks == hooks_before
+
+
+# -- finalize_spec ----------------------------------------------------------------
+
+
+class TinyConfig:
+    """A config class with from_pretrained, standing in for a plugin's PretrainedConfig."""
+
+    loaded: list = []
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    @classmethod
+    def from_pretrained(cls, path, revision=None):
+        cls.loaded.append((path, revision))
+        return cls(architectures=["TinyArch"], model_type="tiny", num_heads=2, hidden_size=None, vocab_size=None)
+
+
+def spec_for(archs=("MedusaLike",), model_type="medlike", method="medusa", k=3, draft_len=2048, target_len=8192,
+             **hf_kw):
+    hf = types.SimpleNamespace(architectures=list(archs), model_type=model_type, **hf_kw)
+    dmc = types.SimpleNamespace(hf_config=hf, hf_text_config=hf, model="/ckpt/medusa-tiny", revision="rev1",
+                                max_model_len=draft_len)
+    target_hf = types.SimpleNamespace(hidden_size=4096, vocab_size=32000)
+    target = types.SimpleNamespace(hf_config=target_hf, max_model_len=target_len)
+    return types.SimpleNamespace(draft_model_config=dmc, target_model_config=target, method=method,
+                                 num_speculative_tokens=k)
+
+
+@pytest.fixture
+def host():
+    return host_with(
+        FakeEntryPoint("medlike", plugin_registering(
+            heads("MedusaLike", model_type="medlike", max_speculative_tokens="num_heads")),
+            dist="vllm-spec-medlike", version="0.4"),
+        FakeEntryPoint("fixedk", plugin_registering(heads("FixedK", max_speculative_tokens=2, position_free=False)),
+                       dist="fixedk-dist", version="1.0"),
+        FakeEntryPoint("attn", plugin_registering(heads("AttnDrafter", kind="attention")), dist="attn-dist"),
+        FakeEntryPoint("tiny", plugin_registering(
+            heads("TinyArch", model_type="tiny", config_class=f"{__name__}:TinyConfig")), dist="tiny-dist"),
+        FakeEntryPoint("auxp", plugin_registering(heads("AuxArch", aux_layer_ids="layer_ids")), dist="aux-dist"),
+    )
+
+
+def test_finalize_routes_heads_drafter(host):
+    spec = spec_for(num_heads=4)
+    out = finalize_spec(host, spec, alias=None, supported=True)
+    assert out is spec
+    assert spec.method == "draft_model"
+    hf = spec.draft_model_config.hf_config
+    assert getattr(hf, PLUGIN_ATTR) == "medlike"
+    assert getattr(hf, DIST_ATTR) == "vllm-spec-medlike 0.4"
+    assert getattr(hf, ARCH_ATTR) == "MedusaLike"
+    assert plugin_of(spec) == "medlike"
+    # missing sizes filled from the target, max_model_len raised to the target's
+    assert (hf.hidden_size, hf.vocab_size) == (4096, 32000)
+    assert spec.draft_model_config.max_model_len == 8192
+
+
+def test_finalize_keeps_draft_sizes(host):
+    spec = spec_for(num_heads=4, hidden_size=128, vocab_size=259)
+    finalize_spec(host, spec, None, True)
+    hf = spec.draft_model_config.hf_config
+    assert (hf.hidden_size, hf.vocab_size) == (128, 259)
+
+
+def test_finalize_by_model_type_fills_arch(host):
+    spec = spec_for(archs=(), model_type="medlike", num_heads=4)
+    finalize_spec(host, spec, None, True)
+    hf = spec.draft_model_config.hf_config
+    assert hf.architectures == ["MedusaLike"]
+    assert getattr(hf, ARCH_ATTR) == "MedusaLike"
+
+
+def test_finalize_with_alias(host):
+    spec = spec_for(num_heads=4, method="draft_model")
+    finalize_spec(host, spec, "medlike", True)
+    assert getattr(spec.draft_model_config.hf_config, PLUGIN_ATTR) == "medlike"
+
+
+def test_finalize_alias_mismatch(host):
+    spec = spec_for(num_heads=4)
+    with pytest.raises(PluginContractError, match="names plugin 'fixedk'"):
+        finalize_spec(host, spec, "fixedk", True)
+
+
+def test_finalize_k_above_max_from_config(host):
+    spec = spec_for(num_heads=3, k=5)
+    with pytest.raises(PluginContractError) as ei:
+        finalize_spec(host, spec, None, True)
+    msg = str(ei.value)
+    assert "num_speculative_tokens=5" in msg
+    assert "can propose at most 3 tokens per step" in msg
+    assert "(num_heads=3)" in msg and "plugin 'medlike'" in msg and "vllm-spec-medlike 0.4" in msg
+    assert "--spec-tokens 3 or fewer" in msg
+
+
+def test_finalize_k_equal_to_max_is_fine(host):
+    spec = spec_for(num_heads=3, k=3)
+    assert finalize_spec(host, spec, None, True).method == "draft_model"
+
+
+def test_finalize_k_above_int_max_and_not_position_free(host):
+    spec = spec_for(archs=("FixedK",), model_type=None, k=3, draft_len=100)
+    with pytest.raises(PluginContractError, match="at most 2 tokens"):
+        finalize_spec(host, spec, None, True)
+    spec = spec_for(archs=("FixedK",), model_type=None, k=2, draft_len=100)
+    finalize_spec(host, spec, None, True)
+    assert spec.draft_model_config.max_model_len == 100  # position_free=False: left alone
+
+
+def test_finalize_max_tokens_attr_not_int(host):
+    spec = spec_for(k=3)  # no num_heads in the draft config
+    with pytest.raises(PluginContractError, match=r"max_speculative_tokens = 'num_heads'.*num_heads=None"):
+        finalize_spec(host, spec, None, True)
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "dflash", "dspark"])
+def test_finalize_path_heuristic_method_for_heads(host, method):
+    spec = spec_for(num_heads=4, method=method)
+    with pytest.raises(PluginContractError) as ei:
+        finalize_spec(host, spec, None, True)
+    msg = str(ei.value)
+    assert "'/ckpt/medusa-tiny' belongs to plugin 'medlike'" in msg
+    assert f"vLLM picked method {method!r} from the checkpoint path" in msg
+    assert "Rename the checkpoint folder" in msg
+
+
+def test_finalize_attention_drafter(host):
+    spec = spec_for(archs=("AttnDrafter",), model_type=None, method="eagle")
+    finalize_spec(host, spec, None, True)
+    assert spec.method == "draft_model"
+    spec = spec_for(archs=("AttnDrafter",), model_type=None, method="medusa")
+    with pytest.raises(PluginContractError, match=r"attention-drafter plugin 'attn'.*\"method\": \"attn\""):
+        finalize_spec(host, spec, None, True)
+
+
+def test_finalize_unknown_arch_unchanged(host):
+    spec = spec_for(archs=("LlamaForCausalLM",), model_type="llama", method="eagle", draft_len=1024)
+    before = dict(vars(spec.draft_model_config.hf_config))
+    assert finalize_spec(host, spec, None, True) is spec
+    assert spec.method == "eagle"
+    assert vars(spec.draft_model_config.hf_config) == before
+    assert spec.draft_model_config.max_model_len == 1024
+    assert plugin_of(spec) is None
+
+
+def test_finalize_no_draft_model(host):
+    spec = types.SimpleNamespace(draft_model_config=None, method="ngram")
+    assert finalize_spec(host, spec, None, True) is spec
+    with pytest.raises(PluginContractError, match="method 'medlike' needs a draft model"):
+        finalize_spec(host, spec, "medlike", True)
+
+
+def test_finalize_unsupported_vllm(host, monkeypatch):
+    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    spec = spec_for(num_heads=4)
+    with pytest.raises(UnsupportedVllmError) as ei:
+        finalize_spec(host, spec, None, supported=False)
+    msg = str(ei.value)
+    assert "supports vLLM 0.32 and 0.33; found 0.31.2" in msg
+    assert "plugin 'medlike'" in msg and "'/ckpt/medusa-tiny'" in msg
+    assert spec.method == "medusa"  # untouched
+
+
+def test_finalize_unsupported_vllm_unclaimed_draft_is_fine(host, monkeypatch):
+    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    spec = spec_for(archs=("LlamaForCausalLM",), model_type="llama", method="eagle")
+    assert finalize_spec(host, spec, None, supported=False).method == "eagle"
+
+
+def test_finalize_reloads_with_plugin_config_class(host):
+    TinyConfig.loaded.clear()
+    spec = spec_for(archs=("TinyArch",), model_type="tiny")
+    finalize_spec(host, spec, None, True)
+    assert TinyConfig.loaded == [("/ckpt/medusa-tiny", "rev1")]
+    hf = spec.draft_model_config.hf_config
+    assert isinstance(hf, TinyConfig)
+    assert spec.draft_model_config.hf_text_config is hf
+    assert (hf.hidden_size, hf.vocab_size) == (4096, 32000)
+    assert getattr(hf, PLUGIN_ATTR) == "tiny" and getattr(hf, ARCH_ATTR) == "TinyArch"
+    # already the plugin's class: not reloaded
+    TinyConfig.loaded.clear()
+    spec2 = spec_for(archs=("TinyArch",), model_type="tiny")
+    spec2.draft_model_config.hf_config = TinyConfig(architectures=["TinyArch"], model_type="tiny", hidden_size=8,
+                                                     vocab_size=9)
+    finalize_spec(host, spec2, None, True)
+    assert TinyConfig.loaded == []
+    assert spec2.draft_model_config.hf_config.hidden_size == 8
+
+
+def test_finalize_aux_layer_ids(host):
+    spec = spec_for(archs=("AuxArch",), model_type=None, layer_ids=(1, 5))
+    finalize_spec(host, spec, None, True)
+    assert spec.draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids == [1, 5]
+    spec = spec_for(archs=("AuxArch",), model_type=None)
+    with pytest.raises(PluginContractError, match=r"draft config key 'layer_ids'"):
+        finalize_spec(host, spec, None, True)

@@ -1,0 +1,62 @@
+"""The runner shim's patches to vLLM, one entry per target.
+
+Every patch is installed by :func:`vllm_spec_plugins.shim.register` (the
+``vllm.general_plugins`` entry point), lazily when vLLM imports the target module
+(:func:`._util.when_imported`), at most once (:func:`._util.wrap_method` marks each
+wrapper ``__vsp_patched__`` and keeps ``__wrapped__``). ``tools/compat.py`` (``make
+compat``) checks every symbol and signature below against the installed vLLM and
+the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
+
+1. ``vllm.engine.arg_utils.EngineArgs.create_speculative_config`` — :mod:`.config`
+   Why: vLLM picks the speculative method before any drafter exists. A plugin
+   alias (``"method": "medusa"``) is not a vLLM method on 0.33, model_type
+   heuristics send ``model_type: medusa`` to vLLM 0.32's built-in Medusa, and the
+   draft config must name its plugin for the worker processes.
+   How: pre: rewrite a plugin alias to ``draft_model`` (kept when vLLM also knows
+   it, so vLLM's own handling of old Medusa configs runs); post: select the
+   plugin from the draft config (architectures, model_type), set ``method =
+   "draft_model"``, reload the config with the plugin's class, fill missing
+   hidden/vocab sizes from the target, check ``num_speculative_tokens``, set aux
+   layer ids, raise the draft max_model_len for position-free drafters, stamp
+   ``vsp_plugin``/``vsp_dist``/``vsp_architecture`` on the draft hf_config (pickled
+   to every process), log the INFO line. On unsupported vLLM versions only this
+   patch is installed, to refuse plugin drafts with a clear error.
+   Remove when: vLLM resolves draft methods through a registry plugins can extend.
+   Supported vLLM: 0.32, 0.33 (same body). Verified by: tests/e2e/test_medusa_engine.py,
+   tests/unit/test_shim.py.
+2. ``vllm.config.vllm.VllmConfig._get_v2_model_runner_unsupported_features`` — :mod:`.config`
+   Why: on GPU, Model Runner V2 is the default for ``draft_model``; our hooks are
+   in the V1 runner. How: append a reason when the spec is a plugin spec, so the
+   V1 runner is chosen in every process. Remove when: a V2 backend exists (MRV2's
+   ``init_speculator`` is the natural factory). Supported vLLM: 0.32, 0.33.
+   Verified by: read from code only (the CPU build never uses V2).
+3. ``vllm.config.speculative.SpeculativeConfig.compute_hash`` — :mod:`.config`
+   Why: aux hidden-state outputs change the target's compiled graph but vLLM only
+   hashes them for eagle3/dflash. How: add plugin name, distribution, architecture
+   and aux layer ids. Remove when: vLLM hashes aux layers for every method.
+   Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_shim.py.
+4. ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__`` — :mod:`.model_runner`
+   Why: the runner hard-codes ``DraftModelProposer`` for ``draft_model``. How:
+   while the original ``__init__`` runs, the module global ``DraftModelProposer``
+   builds the plugin proposer instead (a subclass, so every ``isinstance`` check
+   holds); afterwards set ``use_aux_hidden_state_outputs`` if the plugin asks for
+   target layers. Covers ``CPUModelRunner`` (it calls ``super().__init__``).
+   Remove when: vLLM has a proposer factory hook. Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/*.
+5. ``GPUModelRunner.propose_draft_token_ids`` — :mod:`.model_runner`
+   Why: ``propose`` does not receive the full hidden states (with aux outputs on it
+   gets only their concatenation) and not the request ids. How: stash them on the
+   plugin proposer, then call the original unchanged. Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/*.
+6. ``GPUModelRunner._on_request_state_removed`` — :mod:`.model_runner`
+   Why: finished/aborted requests must free their carried state. How: release the
+   request's state slot, then call the original (a documented hook for platform
+   runners). Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py.
+7. ``GPUModelRunner._update_states`` — :mod:`.model_runner`
+   Why: the ``reset`` preemption policy needs to know which requests resumed.
+   How: after the original, reset state of ``scheduled_cached_reqs.resumed_req_ids``.
+   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py (keep policy).
+
+Public vLLM APIs used without patching: ``ModelRegistry.register_model`` (lazy
+``"module:Class"``) and ``transformers.AutoConfig.register``.
+"""
