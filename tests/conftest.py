@@ -50,6 +50,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "medusa": make_tiny_medusa(d / "medusa", target, num_heads=3),
         "medusa_old_bias": make_tiny_medusa(d / "medusa_old_bias", target, num_heads=3, biases=True,
                                             layout="old", fmt="pt"),
+        "medusa_shared_bin": make_tiny_medusa(d / "medusa_shared_bin", target, num_heads=3, original_lm_head=True,
+                                              include_lm_head=False, fmt="bin"),
+        "medusa_token_map": make_tiny_medusa(d / "medusa_token_map", target, num_heads=3, truncate_vocab=160),
         "state": state,
     }
 

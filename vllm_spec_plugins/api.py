@@ -10,6 +10,7 @@ unit tests stay fast.
 from __future__ import annotations
 
 import enum
+import keyword
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,6 +64,10 @@ DEFAULT_INPUTS: dict[str, Source] = {
 }
 
 
+def _is_param_name(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExtraInput:
     """An input a drafter's forward takes beyond the defaults."""
@@ -82,8 +87,8 @@ class ExtraInput:
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", Source(self.source))
         object.__setattr__(self, "shape", tuple(self.shape))
-        if not self.name.isidentifier():
-            raise ValueError(f"ExtraInput name {self.name!r} is not a Python identifier")
+        if not _is_param_name(self.name):
+            raise ValueError(f"ExtraInput name {self.name!r} is not a valid Python parameter name")
         if (self.source is Source.STATE) != (self.state is not None):
             raise ValueError(f"ExtraInput {self.name!r}: give state= exactly when source is Source.STATE")
 
@@ -111,8 +116,8 @@ class StateSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
-        if not self.name.isidentifier():
-            raise ValueError(f"StateSpec name {self.name!r} is not a Python identifier")
+        if not _is_param_name(self.name):
+            raise ValueError(f"StateSpec name {self.name!r} is not a valid Python parameter name")
         if self.on_preempt not in ("keep", "reset"):
             raise ValueError(f"StateSpec {self.name!r}: on_preempt must be 'keep' or 'reset', got {self.on_preempt!r}")
 
@@ -180,10 +185,17 @@ class Drafter:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"Drafter declares extra input(s) {sorted(dup)} twice")
-        states = {s.name for s in self.state}
+        state_names = [s.name for s in self.state]
+        dup = {n for n in state_names if state_names.count(n) > 1}
+        if dup:
+            raise ValueError(f"Drafter declares state(s) {sorted(dup)} twice")
+        states = set(state_names)
         for e in self.extra_inputs:
             if e.source is Source.STATE and e.state not in states:
                 raise ValueError(f"extra input {e.name!r} reads state {e.state!r}, which is not declared in state=")
+            if e.name in states and not (e.source is Source.STATE and e.state == e.name):
+                raise ValueError(f"extra input {e.name!r} has the name of a state; parameters named like a state "
+                                 f"receive that state, so give the extra input another name")
 
     @property
     def display_dist(self) -> str:

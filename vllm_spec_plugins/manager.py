@@ -125,8 +125,8 @@ class PluginHost:
                 raise PluginContractError(
                     f"declares VLLM_SPEC_API = {declared!r}, but vllm-spec-plugins provides API version "
                     f"{API_VERSION}; upgrade vllm-spec-plugins")
-            self.pm.register(obj, name=ep.name)
             try:
+                self.pm.register(obj, name=ep.name)
                 self.pm.check_pending()
                 registry = DrafterRegistry(ep.name, label)
                 impls = [i for i in self.pm.hook.vllm_spec_register_drafters.get_hookimpls()
@@ -134,7 +134,8 @@ class PluginHost:
                 for impl in impls:
                     impl.function(register=registry)
             except BaseException:
-                self.pm.unregister(name=ep.name)
+                if self.pm.has_plugin(ep.name):
+                    self.pm.unregister(name=ep.name)
                 raise
         except Exception as e:  # isolate every plugin failure
             err = f"{type(e).__name__}: {e}"

@@ -129,3 +129,50 @@ def test_tensor_parallel_2_equals_tp1(tiny, baseline, ours):
                    tensor_parallel_size=2)
     assert r.outputs == baseline.outputs
     assert r.accepted_per_pos == ours.accepted_per_pos
+
+
+def _load_sd(path):
+    files = list(path.glob("*.safetensors"))
+    if files:
+        from safetensors.torch import load_file
+
+        return load_file(str(files[0]))
+    return torch.load(next(iter(path.glob("*.bin"))), weights_only=True)
+
+
+def _traced(trace):
+    records = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(trace / "*.pt")))]
+    assert records, "no drafting step was traced"
+    return records
+
+
+@pytest.mark.parametrize("ckpt", ["medusa_shared_bin", "medusa_token_map"], ids=["shared-target-lm-head-bin",
+                                                                               "truncated-vocab-token-map"])
+def test_lm_head_variants_match_torch_reference(tiny, baseline, tmp_path, ckpt):
+    """original_lm_head without an lm_head in the checkpoint (shares the target's), .bin; and token_map."""
+    from vllm_spec_plugins.testing.fixtures import target_lm_head
+
+    trace = tmp_path / "trace"
+    spec = {"model": str(tiny[ckpt]), "num_speculative_tokens": 3}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+    assert r.outputs == baseline.outputs
+    assert r.metrics["accepted"] > 0
+    sd = _load_sd(tiny[ckpt])
+    token_map = sd.get("token_map")
+    compared = 0
+    for rec in _traced(trace):
+        rows = rec["valid_count"] > 0
+        out = []
+        for h in range(3):
+            x = rec["hidden_states"]
+            x = x + F.silu(F.linear(x, sd[f"blocks.{h}.layers.0.weight"]))
+            lm = sd.get(f"lm_heads.{h}.weight", sd.get("lm_head.weight"))
+            if lm is None:
+                lm = target_lm_head(tiny["target"])
+            ids = F.linear(x, lm).argmax(-1)
+            out.append(token_map[ids] if token_map is not None else ids)
+        ref = torch.stack(out, dim=1)
+        assert torch.equal(rec["drafts"][rows], ref[rows])
+        compared += int(rows.sum())
+    assert compared >= len(PROMPTS) * 5

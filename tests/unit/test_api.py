@@ -111,7 +111,7 @@ def test_state_name_without_state_source():
 
 @pytest.mark.parametrize("name", ["1abc", "my-input", "a b", ""])
 def test_extra_input_non_identifier(name):
-    with pytest.raises(ValueError, match="is not a Python identifier"):
+    with pytest.raises(ValueError, match="is not a valid Python parameter name"):
         ExtraInput(name=name, source=Source.NUM_ACCEPTED)
 
 
@@ -133,7 +133,7 @@ def test_state_spec_bad_on_preempt(policy):
 
 @pytest.mark.parametrize("name", ["2x", "x.y", "with space", ""])
 def test_state_spec_non_identifier(name):
-    with pytest.raises(ValueError, match=r"StateSpec name .* is not a Python identifier"):
+    with pytest.raises(ValueError, match=r"StateSpec name .* is not a valid Python parameter name"):
         StateSpec(name=name)
 
 
@@ -172,3 +172,26 @@ def test_default_inputs():
         "next_token_ids": Source.NEXT_TOKEN_IDS,
         "positions": Source.POSITIONS_LAST,
     }
+
+
+# -- validation of names ------------------------------------------------------------
+
+
+def test_duplicate_state_names():
+    with pytest.raises(ValueError, match=r"state.*'acc'.*twice"):
+        drafter(state=(StateSpec(name="acc", shape=(3,)), StateSpec(name="acc", shape=(5,))))
+
+
+def test_extra_input_name_shadows_state_name():
+    with pytest.raises(ValueError, match="'acc'"):
+        drafter(extra_inputs=(ExtraInput(name="acc", source=Source.NUM_ACCEPTED),),
+                state=(StateSpec(name="acc", shape=(3,)),))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ExtraInput(name="lambda", source=Source.NUM_ACCEPTED),
+    lambda: StateSpec(name="class"),
+], ids=["ExtraInput", "StateSpec"])
+def test_keyword_names_rejected(make):
+    with pytest.raises(ValueError, match="not a valid Python parameter name"):
+        make()

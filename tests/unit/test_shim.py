@@ -125,7 +125,9 @@ def spec_for(archs=("MedusaLike",), model_type="medlike", method="medusa", k=3, 
     dmc = types.SimpleNamespace(hf_config=hf, hf_text_config=hf, model="/ckpt/medusa-tiny", revision="rev1",
                                 max_model_len=draft_len)
     target_hf = types.SimpleNamespace(hidden_size=4096, vocab_size=32000)
-    target = types.SimpleNamespace(hf_config=target_hf, max_model_len=target_len)
+    target = types.SimpleNamespace(hf_config=target_hf, max_model_len=target_len,
+                                   get_hidden_size=lambda: target_hf.hidden_size,
+                                   get_vocab_size=lambda: target_hf.vocab_size)
     return types.SimpleNamespace(draft_model_config=dmc, target_model_config=target, method=method,
                                  num_speculative_tokens=k)
 

@@ -102,4 +102,7 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> None:
             if _FINDER not in sys.meta_path:
                 sys.meta_path.insert(0, _FINDER)
             return
-    callback(module)
+    try:
+        callback(module)
+    except Exception:
+        logger.exception("vllm_spec_plugins: patching %s failed; plugin drafters will not work", name)

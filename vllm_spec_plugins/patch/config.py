@@ -108,7 +108,8 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             raise PluginContractError(
                 f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.name!r} "
                 f"({drafter.display_dist}), but vLLM resolved method {spec.method!r}; pass "
-                f"\"method\": \"{drafter.name}\" in --speculative-config", plugin_name=drafter.name)
+                f"\"method\": \"{drafter.name}\" in --speculative-config", plugin_name=drafter.name,
+                dist=drafter.display_dist)
         spec.method = "draft_model"
     # Load the config with the plugin's own class when vLLM used another one (0.32 owns 'medusa').
     if drafter.config_class:
@@ -117,10 +118,11 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             hf = cls.from_pretrained(path, revision=getattr(dmc, "revision", None))
             dmc.hf_config = hf
             dmc.hf_text_config = hf
-    target_hf = spec.target_model_config.hf_config
-    for key in ("hidden_size", "vocab_size"):
-        if getattr(hf, key, None) is None:
-            setattr(hf, key, getattr(target_hf, key))
+    tmc = spec.target_model_config
+    if getattr(hf, "hidden_size", None) is None:
+        hf.hidden_size = tmc.get_hidden_size()
+    if getattr(hf, "vocab_size", None) is None:
+        hf.vocab_size = tmc.get_vocab_size()
     if not getattr(hf, "architectures", None):
         hf.architectures = [drafter.architectures[0]]
     k = spec.num_speculative_tokens
@@ -138,7 +140,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             raise PluginContractError(
                 f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) reads target layer ids "
                 f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
-                plugin_name=drafter.name)
+                plugin_name=drafter.name, dist=drafter.display_dist)
         hf.eagle_aux_hidden_state_layer_ids = list(ids)
     if drafter.position_free:
         dmc.max_model_len = spec.target_model_config.max_model_len
@@ -189,6 +191,14 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                         raise _version_error(cfg.get("model"), method)
                     if method not in _vllm_methods():
                         cfg["method"] = "draft_model"
+                        local = _local_config(cfg.get("model"))
+                        own = host.plugins[method].drafters
+                        if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
+                            raise PluginContractError(
+                                f"vllm_spec_plugins: '{cfg.get('model')}/config.json' has no model_type, and this "
+                                f"vLLM cannot be told which config class to use for it. Add "
+                                f"\"model_type\": \"{own[0].model_type}\" to that config.json (plugin {method!r}, "
+                                f"{own[0].display_dist}).", plugin_name=method, dist=own[0].display_dist)
                 self.speculative_config = cfg
             model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
             model = model or getattr(self, "spec_model", None)

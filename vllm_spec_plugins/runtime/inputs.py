@@ -106,7 +106,9 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
                         f"shape per row {list(found)} in this engine, but the plugin declares {list(declared)}",
                         plugin_name=d.name, dist=d.display_dist)
             want = SOURCE_DTYPE[e.source]
-            if e.dtype not in ("model", want) and want != "model":
+            floats = ("float16", "bfloat16", "float32", "float64", "half", "float", "double")
+            if e.dtype != "model" and ((want == "model" and e.dtype not in floats) or
+                                       (want != "model" and e.dtype != want)):
                 raise PluginContractError(
                     f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} is {want}, "
                     f"but the plugin declares dtype {e.dtype!r}", plugin_name=d.name, dist=d.display_dist)

@@ -63,7 +63,8 @@ def target_lm_head(target: str | os.PathLike):
 
 def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_heads: int = 3,
                      num_layers: int = 1, biases: bool = False, layout: str = "new", seed: int = 1,
-                     noise: float = 0.02, fmt: str = "safetensors") -> Path:
+                     noise: float = 0.02, fmt: str = "safetensors", original_lm_head: bool = False,
+                     include_lm_head: bool = True, truncate_vocab: int | None = None) -> Path:
     """A Medusa checkpoint for the tiny target.
 
     Head 0's residual block is zero and every lm_head is the target's, so head 0
@@ -75,6 +76,10 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
             (FasterDecoding ``{h}.{l}.linear.*``/``{h}.{N}.weight``, ``medusa_num_heads``, no model_type).
         biases: give every residual Linear a bias (FasterDecoding trains them).
         fmt: ``safetensors``, ``bin`` or ``pt``.
+        original_lm_head: one lm_head shared by all heads (``lm_head.weight``); with
+            ``include_lm_head=False`` the checkpoint has none and the target's is shared.
+        truncate_vocab: keep only this many vocabulary rows (the most likely tokens of the
+            target are unknown here, so: a seeded random subset) and store ``token_map``.
     """
     import torch
 
@@ -95,11 +100,25 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
                 sd[f"{h}.{layer}.linear.weight"] = w
                 if b is not None:
                     sd[f"{h}.{layer}.linear.bias"] = b
+        if original_lm_head:
+            continue
         key = f"lm_heads.{h}.weight" if layout == "new" else f"{h}.{num_layers}.weight"
         sd[key] = lm.clone()
+    token_map = None
+    if truncate_vocab:
+        token_map = torch.randperm(VOCAB, generator=g)[:truncate_vocab].sort().values
+        sd["token_map"] = token_map
+        for key in [k for k in sd if k.startswith("lm_heads.")]:
+            sd[key] = sd[key][token_map].clone()
+    if original_lm_head and include_lm_head:
+        sd["lm_head.weight"] = lm.clone() if token_map is None else lm[token_map].clone()
     if layout == "new":
         cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": HIDDEN,
                "vocab_size": VOCAB, "num_heads": num_heads, "num_hidden_layers": num_layers}
+        if original_lm_head:
+            cfg["original_lm_head"] = True
+        if truncate_vocab:
+            cfg["truncated_vocab_size"] = truncate_vocab
     else:
         cfg = {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers, "hidden_size": HIDDEN,
                "vocab_size": VOCAB, "base_model_name_or_path": str(target)}
