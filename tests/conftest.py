@@ -35,7 +35,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     import torch
     from safetensors.torch import save_file
 
-    from vllm_spec_plugins.testing.fixtures import make_tiny_medusa, make_tiny_target
+    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle, make_tiny_medusa, make_tiny_target
 
     d = tmp_path_factory.mktemp("ckpt")
     target = make_tiny_target(d / "target")
@@ -54,6 +54,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
                                               include_lm_head=False, fmt="bin"),
         "medusa_token_map": make_tiny_medusa(d / "medusa_token_map", target, num_heads=3, truncate_vocab=160),
         "state": state,
+        # "eagle-" in the folder name: vLLM's path heuristic picks method "eagle" without being told.
+        "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),
+        "eagle_bias": make_tiny_eagle(d / "tiny-eagle-1-bias", target, fc_bias=True, fmt="bin"),
     }
 
 
@@ -70,3 +73,15 @@ def broken_plugin_path(tmp_path_factory) -> str:
 def with_pythonpath(path: str) -> dict[str, str]:
     old = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": path + (os.pathsep + old if old else "")}
+
+
+MAX_TOKENS = 48
+
+
+@pytest.fixture(scope="session")
+def baseline(tiny, broken_plugin_path):
+    """Greedy output without speculation. A broken third-party plugin is installed in this
+    engine's environment: plain vLLM must start anyway."""
+    from vllm_spec_plugins.testing.engine import run_engine
+
+    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(broken_plugin_path))

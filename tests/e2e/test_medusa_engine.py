@@ -14,10 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import PROMPTS, with_pythonpath
+from tests.conftest import MAX_TOKENS, PROMPTS, with_pythonpath
 from vllm_spec_plugins.testing.engine import run_engine
-
-MAX_TOKENS = 48
 INFO_LINE = "vllm_spec_plugins: draft '{}' served by plugin 'medusa' (vllm-spec-medusa 0.1.0)"
 
 
@@ -26,12 +24,6 @@ def _vllm_minor() -> tuple[int, int]:
 
     a, b = vllm.__version__.split(".")[:2]
     return int(a), int(b)
-
-
-@pytest.fixture(scope="module")
-def baseline(tiny, broken_plugin_path):
-    # A broken third-party plugin is installed in this engine's environment: plain vLLM must start anyway.
-    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(broken_plugin_path))
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,9 @@ PLUGIN_ATTR = "vsp_plugin"
 DIST_ATTR = "vsp_dist"
 ARCH_ATTR = "vsp_architecture"
 
+#: The vLLM method whose multi-step drafting loop (draft KV cache, attention metadata) attention drafters reuse.
+ATTENTION_METHOD = "eagle"
+
 #: Methods vLLM's path heuristics pick from the checkpoint *path* (config/speculative.py).
 _PATH_METHODS = ("eagle", "eagle3", "dflash", "dspark")
 
@@ -104,13 +107,14 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 plugin_name=drafter.name, dist=drafter.display_dist)
         spec.method = "draft_model"
     else:
-        if spec.method not in ("eagle", "draft_model"):
+        # Attention drafters run in vLLM's EAGLE loop: vLLM must have taken the EAGLE route
+        # (wrapped the config in EAGLEConfig, planned the draft KV cache).
+        if spec.method != ATTENTION_METHOD:
             raise PluginContractError(
                 f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.name!r} "
-                f"({drafter.display_dist}), but vLLM resolved method {spec.method!r}; pass "
-                f"\"method\": \"{drafter.name}\" in --speculative-config", plugin_name=drafter.name,
-                dist=drafter.display_dist)
-        spec.method = "draft_model"
+                f"({drafter.display_dist}), but vLLM resolved method {spec.method!r}. Pass "
+                f"--speculative-config '{{\"method\": \"{drafter.name}\", \"model\": \"{path}\", ...}}'.",
+                plugin_name=drafter.name, dist=drafter.display_dist)
     # Load the config with the plugin's own class when vLLM used another one (0.32 owns 'medusa').
     if drafter.config_class:
         cls = _import(drafter.config_class)
@@ -189,7 +193,10 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                     alias = method
                     if not supported:
                         raise _version_error(cfg.get("model"), method)
-                    if method not in _vllm_methods():
+                    kinds = {d.kind for d in host.plugins[method].drafters}
+                    if kinds == {"attention"}:
+                        cfg["method"] = ATTENTION_METHOD
+                    elif method not in _vllm_methods():
                         cfg["method"] = "draft_model"
                         local = _local_config(cfg.get("model"))
                         own = host.plugins[method].drafters

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from ._util import when_imported, wrap_method
-from .config import plugin_of
+from .config import ATTENTION_METHOD, plugin_of
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -26,26 +26,27 @@ def _is_plugin_drafter(runner: Any) -> bool:
 
 @contextlib.contextmanager
 def _drafter_factory(gmr: Any, spec: Any):
-    """Make the runner's ``DraftModelProposer(...)`` build the plugin proposer instead."""
+    """Make the runner's ``DraftModelProposer(...)`` / ``EagleProposer(...)`` build the plugin proposer."""
     from ..runtime.proposer import make_proposer
 
-    original = gmr.DraftModelProposer
+    name = "EagleProposer" if spec.method == ATTENTION_METHOD else "DraftModelProposer"
+    original = getattr(gmr, name)
 
     def factory(vllm_config, device, runner=None):
         return make_proposer(vllm_config, device, runner)
 
-    gmr.DraftModelProposer = factory
+    setattr(gmr, name, factory)
     try:
         yield
     finally:
-        gmr.DraftModelProposer = original
+        setattr(gmr, name, original)
 
 
 def _init_wrap(gmr: Any):
     def wrap(original):
         def __init__(self, vllm_config, device, *args, **kwargs):
             spec = vllm_config.speculative_config
-            if not plugin_of(spec) or spec.method != "draft_model":
+            if not plugin_of(spec) or spec.method not in ("draft_model", ATTENTION_METHOD):
                 return original(self, vllm_config, device, *args, **kwargs)
             with _drafter_factory(gmr, spec):
                 original(self, vllm_config, device, *args, **kwargs)

@@ -29,13 +29,22 @@ SOURCE_DTYPE: dict[Source, str] = {
 
 @dataclass(frozen=True)
 class Binding:
-    """One parameter of a plugin callable and what fills it."""
+    """One parameter of a plugin callable and what fills it.
+
+    ``source is None``: the drafting loop itself passes it (attention drafters'
+    ``input_ids``, ``positions``, ``hidden_states``, ``inputs_embeds``).
+    """
 
     param: str
-    source: Source
+    source: Source | None
     state: str | None = None
     shape: tuple[int, ...] = ()
     dtype: str = "model"
+
+    @property
+    def key(self) -> Any:
+        """The buffer this binding reads (one per source or state)."""
+        return ("state", self.state) if self.source is Source.STATE else self.source
 
 
 def _where(d: Drafter, fn: Callable) -> str:
@@ -71,12 +80,14 @@ def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_to
 
 
 def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
-         extra_names: dict[str, Source] | None = None, state_params: bool = False) -> list[Binding]:
+         extra_names: dict[str, Source] | None = None, state_params: bool = False,
+         loop_inputs: tuple[str, ...] = ()) -> list[Binding]:
     """Bind every parameter of ``fn`` to a source.
 
-    Parameters are matched by name: declared extra inputs first, then the
-    defaults (:data:`~vllm_spec_plugins.api.DEFAULT_INPUTS`), then (with
-    ``state_params``) state names. A parameter with a default value that nothing
+    Parameters are matched by name: inputs the drafting loop passes itself
+    (``loop_inputs``, attention drafters), declared extra inputs, the defaults
+    (:data:`~vllm_spec_plugins.api.DEFAULT_INPUTS`), then (with ``state_params``)
+    state names. A parameter with a default value that nothing
     provides is left out; one without is a load-time error.
 
     Raises:
@@ -84,13 +95,15 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
     """
     extras: dict[str, ExtraInput] = {e.name: e for e in d.extra_inputs}
     states = {s.name: s for s in d.state}
-    defaults = dict(DEFAULT_INPUTS)
+    defaults = {k: v for k, v in DEFAULT_INPUTS.items() if k not in loop_inputs}
     defaults.update(extra_names or {})
     out: list[Binding] = []
     for p in inspect.signature(fn).parameters.values():
         if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if p.name in extras:
+        if p.name in loop_inputs:
+            out.append(Binding(p.name, None))
+        elif p.name in extras:
             e = extras[p.name]
             if e.source is Source.STATE:
                 s = states[e.state]  # validated in Drafter.__post_init__
@@ -122,12 +135,16 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
             out.append(Binding(p.name, Source.STATE, s.name, resolve_shape(d, hf_config, s.shape, f"state {s.name!r}"),
                                s.dtype))
         elif p.default is p.empty:
-            known = sorted(set(extras) | set(defaults) | (set(states) if state_params else set()))
+            known = sorted(set(loop_inputs) | set(extras) | set(defaults) | (set(states) if state_params else set()))
             raise PluginContractError(
                 f"vllm_spec_plugins: {_where(d, fn)} takes parameter {p.name!r}, which nothing provides. "
                 f"Declare it as an ExtraInput in the plugin's Drafter(extra_inputs=...), or give it a default. "
                 f"Known names: {', '.join(known)}", plugin_name=d.name, dist=d.display_dist)
     return out
+
+
+def token_rows(bindings: list[Binding]) -> list[Binding]:
+    return [b for b in bindings if b.source is not None and b.source.rows == "token"]
 
 
 def needs_aux(bindings: list[Binding]) -> bool:

@@ -12,6 +12,7 @@ import torch
 from vllm.forward_context import set_forward_context
 from vllm.utils.torch_utils import is_pin_memory_available
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from .._names import ENV_TRACE_DIR
@@ -19,14 +20,10 @@ from ..api import Drafter, Source
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from ..patch.config import ARCH_ATTR, PLUGIN_ATTR
-from .inputs import Binding, bind, needs_aux, resolve_shape
+from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
 from .state import StatePool
 
 logger = logging.getLogger("vllm.spec_plugins")
-
-
-class PluginProposerMixin:
-    """Marker for proposers built by the shim."""
 
 
 def drafter_for(vllm_config: Any) -> Drafter:
@@ -49,8 +46,7 @@ def make_proposer(vllm_config: Any, device: torch.device, runner: Any = None):
     d = drafter_for(vllm_config)
     if d.kind == "heads":
         return HeadsProposer(vllm_config, device, runner, drafter=d)
-    raise PluginContractError(f"vllm_spec_plugins: drafter kind {d.kind!r} of plugin {d.name!r} is not supported "
-                              f"on the draft_model route", plugin_name=d.name)
+    return AttentionProposer(vllm_config, device, runner, drafter=d)
 
 
 def _import_class(d: Drafter) -> type:
@@ -72,31 +68,27 @@ def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     return dt
 
 
-class HeadsProposer(PluginProposerMixin, DraftModelProposer):
-    """Runs a ``heads`` plugin drafter: one forward per step, one row per request.
 
-    It subclasses :class:`DraftModelProposer` so every ``isinstance`` check and
-    the ``draft_model`` branch of the runner (padded batch, async-safe GPU
-    token ids) keep working. Inputs come from static buffers allocated here,
-    before any warm-up or graph capture; each step fills slices of them.
+class PluginProposerMixin:
+    """What both plugin proposers share: bindings, static buffers, carried state, per-step hand-over.
+
+    Placed before the vLLM proposer class in the MRO, so its
+    ``prepare_next_token_ids_padded`` wraps vLLM's.
     """
 
-    def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
-        # Skip DraftModelProposer.__init__: its vocab/tokenizer checks are for independent draft LMs.
-        SpecDecodeBaseProposer.__init__(self, vllm_config=vllm_config, device=device,
-                                        pass_hidden_states_to_model=False, runner=runner)
-        self._raise_if_draft_tp_mismatch()
-        self.use_heterogeneous_vocab = False
-        self.vocab_mapping = None
+    needs_aux_hidden_states = False
+
+    def _setup_plugin(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter, *,
+                      request_rows: int, loop_inputs: tuple[str, ...] = ()) -> None:
         self.runner = runner
         self.drafter = drafter
         self.model_cls = _import_class(drafter)
         hf = self.draft_model_config.hf_config
-        target_hidden = vllm_config.model_config.get_hidden_size()
         aux_ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or []
-        common = dict(hf_config=hf, hidden_size=target_hidden, num_aux=len(aux_ids),
+        common = dict(hf_config=hf, hidden_size=vllm_config.model_config.get_hidden_size(), num_aux=len(aux_ids),
                       num_spec_tokens=self.num_speculative_tokens)
-        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True, **common)
+        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True, loop_inputs=loop_inputs,
+                                     **common)
         self.update_bindings: list[Binding] = []
         if drafter.state:
             update = getattr(self.model_cls, drafter.update_state, None)
@@ -109,27 +101,27 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
         self.needs_aux_hidden_states = needs_aux(self.forward_bindings + self.update_bindings)
         if self.needs_aux_hidden_states and not aux_ids:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {drafter.name!r} asks for aux hidden states but declares no "
-                f"aux_layer_ids config key", plugin_name=drafter.name)
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) asks for aux hidden states "
+                f"but declares no aux_layer_ids config key", plugin_name=drafter.name, dist=drafter.display_dist)
 
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
         model_dtype = vllm_config.model_config.dtype
         self.buffers: dict[Any, torch.Tensor] = {}
         for b in self.forward_bindings + self.update_bindings:
-            key = ("state", b.state) if b.source is Source.STATE else b.source
-            if key in self.buffers:
+            if b.source is None or b.key in self.buffers:
                 continue
-            rows = self.max_num_tokens if b.source.rows == "token" else self.max_reqs
-            self.buffers[key] = torch.zeros((rows, *b.shape), dtype=_dtype(b.dtype, model_dtype), device=device)
+            rows = self.max_num_tokens if b.source.rows == "token" else request_rows
+            self.buffers[b.key] = torch.zeros((rows, *b.shape), dtype=_dtype(b.dtype, model_dtype), device=device)
         self.pool: StatePool | None = None
+        self._reset_on_preempt: list[str] = []
         if drafter.state:
             specs = []
             for s in drafter.state:
                 shape = resolve_shape(drafter, hf, s.shape, f"state {s.name!r}")
-                specs.append((s.name, shape, _dtype(s.dtype, model_dtype), float(s.init), s.on_preempt))
-                self.buffers.setdefault(("state", s.name),
-                                        torch.zeros((self.max_reqs, *shape), dtype=_dtype(s.dtype, model_dtype),
-                                                    device=device))
+                dtype = _dtype(s.dtype, model_dtype)
+                specs.append((s.name, shape, dtype, float(s.init), s.on_preempt))
+                self.buffers.setdefault(("state", s.name), torch.zeros((request_rows, *shape), dtype=dtype,
+                                                                       device=device))
             self.pool = StatePool(specs, 2 * self.max_reqs, device)
             self._reset_on_preempt = [s.name for s in drafter.state if s.on_preempt == "reset"]
             self.slot_index = torch.zeros(self.max_reqs, dtype=torch.int64, device=device)
@@ -138,29 +130,7 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
         self._trace_dir = os.environ.get(ENV_TRACE_DIR)
         self._trace_n = 0
 
-    # -- model -----------------------------------------------------------------
-
-    def load_model(self, target_model: torch.nn.Module) -> None:
-        self.model = self._get_model()
-        bind_target = getattr(self.model, "bind_target", None)
-        if bind_target is not None:
-            bind_target(target_model)
-
-    def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
-        """Heads drafters have no attention layers and no draft KV cache."""
-        self.draft_attn_groups = []
-
-    @torch.inference_mode()
-    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
-                  slot_mappings: Any = None) -> None:
-        rows = max(1, min(num_tokens, self.max_reqs))
-        tokens = max(1, min(num_tokens, self.max_num_tokens))
-        with set_forward_context(None, self.vllm_config, num_tokens=rows):
-            if self.update_bindings:
-                getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
-            self.model(**self._kwargs(self.forward_bindings, rows, tokens))
-
-    # -- per-step hand-over from the runner patches ----------------------------
+    # -- hand-over from the runner patches -------------------------------------
 
     def stash_step(self, runner: Any, *, hidden_states: torch.Tensor,
                    aux_hidden_states: list[torch.Tensor] | None) -> None:
@@ -185,20 +155,17 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
     # -- inputs ----------------------------------------------------------------
 
     def _kwargs(self, bindings: list[Binding], rows: int, tokens: int) -> dict[str, torch.Tensor]:
-        out = {}
-        for b in bindings:
-            key = ("state", b.state) if b.source is Source.STATE else b.source
-            n = tokens if b.source.rows == "token" else rows
-            out[b.param] = self.buffers[key][:n]
-        return out
+        return {b.param: self.buffers[b.key][: tokens if b.source.rows == "token" else rows]
+                for b in bindings if b.source is not None}
 
-    def _fill(self, needed: set, B: int, T: int, next_token_ids: torch.Tensor, target_positions: torch.Tensor,
-              idx: torch.Tensor) -> None:
+    def _prepare_step(self, B: int, T: int, next_token_ids: torch.Tensor, target_positions: torch.Tensor,
+                      idx: torch.Tensor) -> None:
+        """Fill every requested buffer for this step, then carry the state (before the forward)."""
         step = self._step
         buf = self.buffers
         hidden = step.get("hidden_states")
         valid = step.get("valid_count")
-        for key in needed:
+        for key in {b.key for b in self.forward_bindings + self.update_bindings if b.source is not None}:
             if key == Source.TARGET_HIDDEN_LAST:
                 torch.index_select(hidden, 0, idx, out=buf[key][:B])
             elif key == Source.TARGET_HIDDEN_ALL:
@@ -226,34 +193,10 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
                 c = min(s.shape[1], buf[key].shape[1])
                 buf[key][:B].fill_(-1)
                 buf[key][:B, :c].copy_(s[:B, :c])
-
-    # -- the call --------------------------------------------------------------
-
-    @torch.inference_mode()
-    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
-                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
-        B = next_token_ids.shape[0]
-        T = common_attn_metadata.num_actual_tokens
-        k = num_speculative_tokens
-        if token_indices_to_sample is None:
-            idx = common_attn_metadata.query_start_loc[1:B + 1] - 1
-        else:
-            idx = token_indices_to_sample[:B]
-        idx = idx.to(torch.int64)
-        needed = {("state", b.state) if b.source is Source.STATE else b.source
-                  for b in self.forward_bindings + self.update_bindings}
-        self._fill({n for n in needed if not isinstance(n, tuple)}, B, T, next_token_ids, target_positions, idx)
         if self.pool is not None:
-            self._carry_state(B)
-        with set_forward_context(None, self.vllm_config, num_tokens=B):
-            out = self.model(**self._kwargs(self.forward_bindings, B, T))
-        drafts = self._to_drafts(out, B, k)
-        if self._trace_dir:
-            self._trace(B, T, drafts)
-        return drafts
+            self._carry_state(B, T)
 
-    def _carry_state(self, B: int) -> None:
+    def _carry_state(self, B: int, T: int) -> None:
         pool = self.pool
         assert pool is not None
         slots = pool.slots_for(self._step["req_ids"][:B])
@@ -264,25 +207,98 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
             torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
         if not self.update_bindings:
             return
-        T = self._step["hidden_states"].shape[0] if "hidden_states" in self._step else 0
-        new = getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, B, T))
+        d = self.drafter
+        new = getattr(self.model, d.update_state)(**self._kwargs(self.update_bindings, B, T))
         if not isinstance(new, dict) or set(new) != set(pool.tensors):
             got = sorted(new) if isinstance(new, dict) else type(new).__name__
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {self.drafter.name!r} ({self.drafter.display_dist}): "
-                f"{self.drafter.model_class}.{self.drafter.update_state}() must return a dict with keys "
-                f"{sorted(pool.tensors)}; got {got}", plugin_name=self.drafter.name)
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() must "
+                f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
         keep = self._step["valid_count"][:B] > 0
         for name, value in new.items():
             cur = self.buffers[("state", name)][:B]
             if tuple(value.shape) != tuple(cur.shape):
                 raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {self.drafter.name!r}: state {name!r} returned by "
-                    f"{self.drafter.update_state}() has shape {list(value.shape)}, expected {list(cur.shape)}",
-                    plugin_name=self.drafter.name)
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} returned by "
+                    f"{d.update_state}() has shape {list(value.shape)}, expected {list(cur.shape)}",
+                    plugin_name=d.name, dist=d.display_dist)
             mask = keep.view(B, *([1] * (cur.dim() - 1)))
             cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
             pool.tensors[name].index_copy_(0, idx, cur)
+
+    @staticmethod
+    def _sample_index(B: int, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any):
+        if token_indices_to_sample is None:  # no drafts in this batch: the last scheduled token of each request
+            return (common_attn_metadata.query_start_loc[1:B + 1] - 1).to(torch.int64)
+        return token_indices_to_sample[:B].to(torch.int64)
+
+    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> None:
+        os.makedirs(self._trace_dir, exist_ok=True)
+        record = {"drafts": drafts.cpu().clone(), "req_ids": list(self._step.get("req_ids", [])[:B]),
+                  "valid_count": self._step["valid_count"][:B].cpu().clone(),
+                  "live_state_slots": len(self.pool) if self.pool is not None else None}
+        for b in self.forward_bindings:
+            if b.source is not None:
+                record[b.param] = self.buffers[b.key][: T if b.source.rows == "token" else B].cpu().clone()
+        record.update(extra or {})
+        rank = getattr(self.vllm_config.parallel_config, "rank", 0)
+        torch.save(record, os.path.join(self._trace_dir, f"r{rank}-p{os.getpid()}-{self._trace_n:06d}.pt"))
+        self._trace_n += 1
+
+
+class HeadsProposer(PluginProposerMixin, DraftModelProposer):
+    """Runs a ``heads`` plugin drafter: one forward per step, one row per request.
+
+    It subclasses :class:`DraftModelProposer` so every ``isinstance`` check and
+    the ``draft_model`` branch of the runner (padded batch, async-safe GPU
+    token ids) keep working. Inputs come from static buffers allocated here,
+    before any warm-up or graph capture; each step fills slices of them.
+    """
+
+    def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
+        # Skip DraftModelProposer.__init__: its vocab/tokenizer checks are for independent draft LMs.
+        SpecDecodeBaseProposer.__init__(self, vllm_config=vllm_config, device=device,
+                                        pass_hidden_states_to_model=False, runner=runner)
+        self._raise_if_draft_tp_mismatch()
+        self.use_heterogeneous_vocab = False
+        self.vocab_mapping = None
+        self._setup_plugin(vllm_config, device, runner, drafter,
+                           request_rows=vllm_config.scheduler_config.max_num_seqs)
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        self.model = self._get_model()
+        bind_target = getattr(self.model, "bind_target", None)
+        if bind_target is not None:
+            bind_target(target_model)
+
+    def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
+        """Heads drafters have no attention layers and no draft KV cache."""
+        self.draft_attn_groups = []
+
+    @torch.inference_mode()
+    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                  slot_mappings: Any = None) -> None:
+        rows = max(1, min(num_tokens, self.max_reqs))
+        tokens = max(1, min(num_tokens, self.max_num_tokens))
+        with set_forward_context(None, self.vllm_config, num_tokens=rows):
+            if self.update_bindings:
+                getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
+            self.model(**self._kwargs(self.forward_bindings, rows, tokens))
+
+    @torch.inference_mode()
+    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
+                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
+        B = next_token_ids.shape[0]
+        T = common_attn_metadata.num_actual_tokens
+        idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
+        self._prepare_step(B, T, next_token_ids, target_positions, idx)
+        with set_forward_context(None, self.vllm_config, num_tokens=B):
+            out = self.model(**self._kwargs(self.forward_bindings, B, T))
+        drafts = self._to_drafts(out, B, num_speculative_tokens)
+        if self._trace_dir:
+            self._trace(B, T, drafts)
+        return drafts
 
     def _to_drafts(self, out: Any, B: int, k: int) -> torch.Tensor:
         d = self.drafter
@@ -290,28 +306,123 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
             raise PluginContractError(
                 f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned "
                 f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
-                f"[num_reqs, k, vocab]", plugin_name=d.name)
+                f"[num_reqs, k, vocab]", plugin_name=d.name, dist=d.display_dist)
         if out.is_floating_point():
             if out.dim() != 3:
                 raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {d.name!r}: forward() returned float tensor of shape "
-                    f"{list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]", plugin_name=d.name)
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned a float tensor of "
+                    f"shape {list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]",
+                    plugin_name=d.name, dist=d.display_dist)
             out = out.argmax(dim=-1)
         if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
             raise PluginContractError(
                 f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned shape "
-                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]", plugin_name=d.name)
+                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]",
+                plugin_name=d.name, dist=d.display_dist)
         return out[:, :k].to(torch.int64)
 
-    def _trace(self, B: int, T: int, drafts: torch.Tensor) -> None:
-        os.makedirs(self._trace_dir, exist_ok=True)
-        record = {"drafts": drafts.cpu().clone(), "req_ids": list(self._step.get("req_ids", [])[:B]),
-                  "valid_count": self._step["valid_count"][:B].cpu().clone(),
-                  "live_state_slots": len(self.pool) if self.pool is not None else None}
-        for b in self.forward_bindings:
-            n = T if b.source.rows == "token" else B
-            key = ("state", b.state) if b.source is Source.STATE else b.source
-            record[b.param] = self.buffers[key][:n].cpu().clone()
-        rank = getattr(self.vllm_config.parallel_config, "rank", 0)
-        torch.save(record, os.path.join(self._trace_dir, f"r{rank}-p{os.getpid()}-{self._trace_n:06d}.pt"))
-        self._trace_n += 1
+
+#: What vLLM's EAGLE loop passes to the draft model itself, in every pass.
+LOOP_INPUTS = ("input_ids", "positions", "hidden_states", "inputs_embeds")
+
+
+class AttentionDrafterAdapter(torch.nn.Module):
+    """What vLLM's EAGLE loop calls as ``self.model``: calls the plugin model with only what it asks for.
+
+    The loop passes ``input_ids``, ``positions``, ``hidden_states`` and ``inputs_embeds``;
+    the plugin's forward receives those of them it names, plus its declared
+    request-row extra inputs and state. In the first pass (one row per scheduled
+    token) those are expanded to the tokens of each request; in later passes
+    (one row per request) they are passed as they are. Everything else (``compute_logits``,
+    ``embed_input_ids``, ``lm_head``, ``model``...) is the plugin model's own.
+    """
+
+    def __init__(self, inner: torch.nn.Module, proposer: AttentionProposer) -> None:
+        super().__init__()
+        self.inner = inner
+        object.__setattr__(self, "_proposer", proposer)  # not a submodule
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
+
+    def forward(self, input_ids=None, positions=None, hidden_states=None, inputs_embeds=None):
+        p = self._proposer
+        loop = {"input_ids": input_ids, "positions": positions, "hidden_states": hidden_states,
+                "inputs_embeds": inputs_embeds}
+        rows = next(t for t in (input_ids, inputs_embeds, hidden_states) if t is not None).shape[0]
+        kwargs = {}
+        for b in p.forward_bindings:
+            if b.source is None:
+                kwargs[b.param] = loop[b.param]
+            elif p.pass_index == 0:  # rows are tokens: give each token its request's row
+                exp = p.expanded[b.key][:rows]
+                torch.index_select(p.buffers[b.key], 0, p.token_request[:rows], out=exp)
+                kwargs[b.param] = exp
+            else:
+                kwargs[b.param] = p.buffers[b.key][:rows]
+        p.pass_index += 1
+        out = self.inner(**kwargs)
+        if isinstance(out, torch.Tensor):
+            return out, out
+        return out
+
+
+class AttentionProposer(PluginProposerMixin, EagleProposer):
+    """Runs an ``attention`` plugin drafter inside vLLM's multi-step EAGLE loop.
+
+    Draft KV cache, attention metadata, positions, slot mappings and CUDA-graph
+    dispatch stay vLLM's (:class:`EagleProposer`); the plugin model is wrapped in
+    :class:`AttentionDrafterAdapter`.
+    """
+
+    def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
+        EagleProposer.__init__(self, vllm_config, device, runner)
+        rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs
+        self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows, loop_inputs=LOOP_INPUTS)
+        bad = token_rows(self.forward_bindings)
+        if bad:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafters get "
+                f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
+                f"token-row sources", plugin_name=drafter.name, dist=drafter.display_dist)
+        self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
+                         if b.source is not None}
+        self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
+        self.pass_index = 0
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
+        self.model = AttentionDrafterAdapter(self.model, self)
+
+    @torch.inference_mode()
+    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
+                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
+        B = next_token_ids.shape[0]
+        T = common_attn_metadata.num_actual_tokens
+        if self.buffers:
+            idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
+            self._prepare_step(B, T, next_token_ids, target_positions, idx)
+            if self.expanded:
+                qsl = common_attn_metadata.query_start_loc[1:B + 1]
+                tokens = self.arange[:T].to(qsl.dtype)
+                self.token_request[:T].copy_(torch.searchsorted(qsl, tokens, right=True).clamp_(max=B - 1))
+        self.pass_index = 0
+        trace_first = None
+        if self._trace_dir:
+            trace_first = {"target_token_ids": target_token_ids[:T].cpu().clone(),
+                           "target_positions": target_positions[..., :T].cpu().clone(),
+                           "target_hidden_states": target_hidden_states[:T].cpu().clone(),
+                           "next_token_ids": next_token_ids[:B].cpu().clone(),
+                           "query_start_loc": common_attn_metadata.query_start_loc[:B + 1].cpu().clone(),
+                           "token_indices_to_sample": None if token_indices_to_sample is None
+                           else token_indices_to_sample[:B].cpu().clone()}
+        drafts = super().propose(num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+                                 next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
+                                 mm_embed_inputs, num_rejected_tokens_gpu, slot_mappings)
+        if self._trace_dir:
+            self._trace(B, T, drafts, trace_first)
+        return drafts

@@ -57,7 +57,7 @@ def default_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_engine(model: str, *, speculative_config: dict | None = None, prompts: list[list[int]] | None = None,
-               text_prompts: list[str] | None = None, max_tokens: int = 32, env: dict[str, str | None] | None = None,
+               text_prompts: list[str] | None = None, max_tokens: int | list[int] = 32, env: dict[str, str | None] | None = None,
                tensor_parallel_size: int = 1, llm_kwargs: dict | None = None, schedule: list[dict] | None = None,
                python: str | None = None, timeout: float = 600, check: bool = True) -> EngineResult:
     """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.
@@ -65,6 +65,7 @@ def run_engine(model: str, *, speculative_config: dict | None = None, prompts: l
     Args:
         prompts: token-id prompts (the engine then skips tokenizer init), or
         text_prompts: text prompts (needs a tokenizer in ``model``).
+        max_tokens: one for all prompts, or one per prompt.
         schedule: drive the engine step by step instead of ``generate``: a list of
             ``{"step": n, "add": [prompt index, ...], "abort": [prompt index, ...]}``.
         env: extra environment (``None`` removes a variable).
@@ -123,11 +124,13 @@ def _main(job_path: str, out_path: str) -> None:
         kwargs["speculative_config"] = job["speculative_config"]
     kwargs.update(job["llm_kwargs"])
     llm = LLM(**kwargs)
-    params = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"], ignore_eos=True)
     if job["prompts"] is not None:
         inputs = [{"prompt_token_ids": p} for p in job["prompts"]]
     else:
         inputs = list(job["text_prompts"])
+    mt = job["max_tokens"]
+    per_prompt = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True)
+                  for m in (mt if isinstance(mt, list) else [mt] * len(inputs))]
     texts: list[str] = []
     finished: dict[str, list[int]] = {}
     if job["schedule"]:
@@ -137,7 +140,7 @@ def _main(job_path: str, out_path: str) -> None:
         while True:
             s = plan.get(step, {})
             for i in s.get("add", []):
-                engine.add_request(str(i), inputs[i], params)
+                engine.add_request(str(i), inputs[i], per_prompt[i])
             if s.get("abort"):
                 engine.abort_request([str(i) for i in s["abort"]])
             if not engine.has_unfinished_requests() and step > max(plan):
@@ -148,7 +151,7 @@ def _main(job_path: str, out_path: str) -> None:
             step += 1
         outputs = [finished.get(str(i), []) for i in range(len(inputs))]
     else:
-        results = llm.generate(inputs, params, use_tqdm=False)
+        results = llm.generate(inputs, per_prompt, use_tqdm=False)
         outputs = [list(r.outputs[0].token_ids) for r in results]
         texts = [r.outputs[0].text or "" for r in results]
     with open(out_path, "w") as f:

@@ -131,3 +131,58 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
     else:
         torch.save(sd, str(path / ("medusa_lm_head.pt" if fmt == "pt" else "pytorch_model.bin")))
     return path
+
+
+def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_layers: int = 1,
+                    fc_bias: bool = False, noise: float = 0.05, seed: int = 2, own_embed: bool = True,
+                    own_lm_head: bool = False, fmt: str = "safetensors") -> Path:
+    """An EAGLE-1 checkpoint (EAGLE authors' layout) for the tiny target.
+
+    Built to be accepted often: ``fc = [I | small]`` passes the token embedding through,
+    ``embed_tokens`` is the target's lm_head (so the draft leans towards repeating the
+    last token, which a random tiny target often does), and small random attention and
+    MLP weights make the draft depend on the context through its own KV cache.
+    """
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    lm = target_lm_head(target)
+    g = torch.Generator().manual_seed(seed)
+    H, inter = HIDDEN, 256
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g) * noise
+
+    sd = {"fc.weight": torch.cat([torch.eye(H), rnd(H, H) * 0.2], dim=1)}
+    if fc_bias:
+        sd["fc.bias"] = torch.randn(H, generator=g) * 2.0
+    for i in range(num_layers):
+        p = f"layers.{i}."
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            sd[p + f"self_attn.{n}.weight"] = rnd(H, H) * (10 if n in ("q_proj", "k_proj") else 1)
+        sd[p + "mlp.gate_proj.weight"] = rnd(inter, H)
+        sd[p + "mlp.up_proj.weight"] = rnd(inter, H)
+        sd[p + "mlp.down_proj.weight"] = rnd(H, inter)
+        sd[p + "post_attention_layernorm.weight"] = torch.ones(H)
+        if i > 0:
+            sd[p + "input_layernorm.weight"] = torch.ones(H)
+    if own_embed:  # unit rows of the target's lm_head, scaled: the embedding dominates the residual stream
+        sd["embed_tokens.weight"] = lm / lm.norm(dim=1, keepdim=True) * 8
+    if own_lm_head:
+        sd["lm_head.weight"] = lm.clone() + rnd(VOCAB, H)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+           "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "head_dim": 32, "vocab_size": VOCAB, "max_position_embeddings": 512,
+           "rms_norm_eps": 1e-06, "hidden_act": "silu", "rope_theta": 10000.0,
+           "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32",
+           "bos_token_id": 1, "eos_token_id": 2}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {k: v.contiguous() for k, v in sd.items()}
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(sd, str(path / "model.safetensors"))
+    else:
+        torch.save(sd, str(path / "pytorch_model.bin"))
+    return path

@@ -1,0 +1,142 @@
+"""The EAGLE-1 draft model (worker processes; built from vLLM's layers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn as nn
+
+from vllm.compilation.decorators import support_torch_compile
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.model_executor.models.llama import LlamaDecoderLayer
+
+#: q/k/v and gate/up are stacked in vLLM's Llama layers.
+_STACKED = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
+            (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1))
+
+
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "hidden_states": 0})
+class EagleDecoder(nn.Module):
+    """``h = fc(cat(embed(ids), hidden))`` then the draft decoder layers (layer 0 without input norm)."""
+
+    def __init__(self, *, vllm_config, prefix: str = "", start_layer_id: int = 0) -> None:
+        super().__init__()
+        config = vllm_config.speculative_config.draft_model_config.hf_config
+        self.config = config
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size,
+                                                   prefix=f"{prefix}.embed_tokens")
+        self.layers = nn.ModuleList()
+        for i in range(config.num_hidden_layers):
+            layer = LlamaDecoderLayer(vllm_config, prefix=f"{prefix}.layers.{i + start_layer_id}", config=config)
+            if i == 0:  # as the reference EAGLE-1: no input_layernorm on the first draft layer
+                del layer.input_layernorm
+                layer.input_layernorm = nn.Identity()
+            self.layers.append(layer)
+        # The bias is created on load when the checkpoint has one (the reference EAGLE-1 fc has it);
+        # a zero bias would change the GEMM kernel and so the last bits of bias-free checkpoints.
+        self.fc = ReplicatedLinear(2 * config.hidden_size, config.hidden_size, bias=False,
+                                   params_dtype=vllm_config.model_config.dtype, prefix=f"{prefix}.fc",
+                                   return_bias=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                hidden_states: torch.Tensor) -> torch.Tensor:
+        h = self.fc(torch.cat((self.embed_tokens(input_ids), hidden_states), dim=-1))
+        residual = None
+        for layer in self.layers:
+            h, residual = layer(positions, h, residual)
+        return h + residual
+
+
+class EagleDraftModel(nn.Module):
+    """EAGLE-1 draft for a Llama-family target.
+
+    ``forward(input_ids, positions, hidden_states) -> (hidden for logits, hidden for the next step)``;
+    the shim's attention-drafter adapter calls it inside vLLM's EAGLE loop.
+    """
+
+    # vLLM's EAGLE machinery shares the target's embeddings / lm_head unless these become True.
+    supports_eagle = True
+    has_own_embed_tokens = False
+    has_own_lm_head = False
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        super().__init__()
+        spec = vllm_config.speculative_config
+        self.config = spec.draft_model_config.hf_config
+        self.checkpoint = spec.draft_model_config.model
+        self.vllm_config = vllm_config
+        target_layers = vllm_config.model_config.get_num_layers(vllm_config.parallel_config)
+        self.model = EagleDecoder(vllm_config=vllm_config, prefix=f"{prefix}.model" if prefix else "model",
+                                  start_layer_id=target_layers)
+        self.logits_processor = LogitsProcessor(self.config.vocab_size, scale=getattr(self.config, "logit_scale", 1.0))
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.model(input_ids, positions, hidden_states)
+        return h, h
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.logits_processor(self.lm_head, hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for raw, w in weights:
+            name = raw[len("model."):] if raw.startswith("model.") else raw
+            if name == "lm_head.weight":
+                if not hasattr(self, "lm_head") or not isinstance(self.lm_head, ParallelLMHead):
+                    self.lm_head = ParallelLMHead(self.config.vocab_size, self.config.hidden_size,
+                                                  params_dtype=self.vllm_config.model_config.dtype,
+                                                  prefix="lm_head").to(self.model.fc.weight.device)
+                    params["lm_head.weight"] = self.lm_head.weight
+                self.has_own_lm_head = True
+                self.lm_head.weight.weight_loader(self.lm_head.weight, w)
+                loaded.add("lm_head.weight")
+                continue
+            if name in ("norm.weight", "layers.0.input_layernorm.weight"):
+                raise ValueError(
+                    f"vllm-spec-eagle: checkpoint '{self.checkpoint}' has {raw!r}, which EAGLE-1 does not have "
+                    f"(no final norm, no input norm on the first draft layer). Is this an EAGLE-3 or a plain "
+                    f"Llama checkpoint?")
+            name = "model." + name
+            if name == "model.embed_tokens.weight":
+                self.has_own_embed_tokens = True
+            if name == "model.fc.bias" and name not in params:
+                fc = self.model.fc
+                fc.bias = nn.Parameter(torch.empty(fc.output_size, dtype=fc.weight.dtype, device=fc.weight.device),
+                                       requires_grad=False)
+                params[name] = fc.bias
+            for stacked, part, shard in _STACKED:
+                if part in name:
+                    target = name.replace(part, stacked)
+                    self._check(target in params, raw)
+                    param = params[target]
+                    param.weight_loader(param, w, shard)
+                    loaded.add(target)
+                    break
+            else:
+                self._check(name in params, raw)
+                param = params[name]
+                getattr(param, "weight_loader", default_weight_loader)(param, w)
+                loaded.add(name)
+        if not self.has_own_embed_tokens:
+            loaded.add("model.embed_tokens.weight")  # shared from the target by vLLM's EAGLE loader
+        missing = sorted(set(params) - loaded)
+        if missing:
+            raise ValueError(f"vllm-spec-eagle: checkpoint '{self.checkpoint}' lacks {missing}")
+        return loaded
+
+    def _check(self, ok: bool, raw: str) -> None:
+        if not ok:
+            raise ValueError(
+                f"vllm-spec-eagle: checkpoint '{self.checkpoint}' has key {raw!r}, which is not an EAGLE-1 weight. "
+                f"Expected fc.weight/fc.bias, layers.{{i}}.self_attn.{{q,k,v,o}}_proj.weight, "
+                f"layers.{{i}}.mlp.{{gate,up,down}}_proj.weight, layers.{{i}}.post_attention_layernorm.weight, "
+                f"layers.{{i>0}}.input_layernorm.weight, optional embed_tokens.weight and lm_head.weight.")

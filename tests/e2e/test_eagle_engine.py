@@ -1,0 +1,114 @@
+"""Real vLLM engines (CPU build) serving the EAGLE plugin, an attention drafter.
+
+Oracles: greedy output with our EAGLE equals output without speculation, bit for
+bit; on vLLM 0.32 vLLM's built-in EAGLE gives the same per-position acceptance on
+the same bias-free checkpoint, through requests of different lengths that finish,
+requests joining mid-stream and preemption; drafts equal a plain-torch EAGLE-1
+reference replayed from the trace (with the checkpoint's fc.bias, which vLLM drops).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+import torch
+
+from tests.conftest import MAX_TOKENS, PROMPTS
+from tests.e2e.eagle_reference import EagleReference, replay
+from vllm_spec_plugins.testing.engine import run_engine
+
+# Different lengths; requests join mid-stream; 3 KV blocks for up to 4 long requests force preemption.
+LENGTHS = [150, 40, 150, 100, 150, 30]
+SCHEDULE = [{"step": 0, "add": [0, 1, 2]}, {"step": 5, "add": [3]}, {"step": 20, "add": [4, 5]}]
+BUSY = {"num_gpu_blocks_override": 3, "max_num_seqs": 4, "max_model_len": 256}
+INFO = "vllm_spec_plugins: draft '{}' served by plugin 'eagle' (vllm-spec-eagle 0.1.0)"
+
+
+def _records(trace) -> list[dict]:
+    files = sorted(glob.glob(str(trace / "*.pt")))
+    assert files, "no drafting step was traced"
+    return [torch.load(f, weights_only=False) for f in files]
+
+
+def _reference(ckpt, target, use_bias=True) -> EagleReference:
+    from safetensors.torch import load_file
+
+    files = list(ckpt.glob("*.safetensors"))
+    sd = load_file(str(files[0])) if files else torch.load(ckpt / "pytorch_model.bin", weights_only=True)
+    t = load_file(str(target / "model.safetensors"))
+    return EagleReference(sd, json.loads((ckpt / "config.json").read_text()), t["lm_head.weight"],
+                          t["model.embed_tokens.weight"], use_bias=use_bias)
+
+
+def _prefix_equal(outputs, baseline):
+    for out, base in zip(outputs, baseline):
+        n = min(len(out), len(base))
+        assert n > 0 and out[:n] == base[:n]
+
+
+@pytest.fixture(scope="module")
+def ours(tiny, tmp_path_factory):
+    trace = tmp_path_factory.mktemp("eagle-trace")
+    # No "method": the folder name (tiny-eagle-1) makes vLLM pick the EAGLE route; our plugin serves it.
+    r = run_engine(tiny["target"], speculative_config={"model": str(tiny["eagle"]), "num_speculative_tokens": 3},
+                   prompts=PROMPTS, max_tokens=LENGTHS, schedule=SCHEDULE, llm_kwargs=BUSY,
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+    return r, _records(trace)
+
+
+def test_greedy_output_equals_no_speculation(ours, baseline):
+    r, _ = ours
+    _prefix_equal(r.outputs, baseline.outputs)
+    assert [len(o) for o in r.outputs] == LENGTHS
+    assert r.metrics["accepted"] > 0 and all(a > 0 for a in r.accepted_per_pos)
+    assert r.metrics["preemptions"] > 0
+
+
+def test_served_by_the_eagle_plugin(ours, tiny):
+    r, _ = ours
+    assert INFO.format(tiny["eagle"]) in r.log
+
+
+def test_drafts_equal_torch_reference(ours, tiny):
+    _, records = ours
+    stats = replay(records, _reference(tiny["eagle"], tiny["target"]))
+    assert stats["compared"] >= 200
+    assert stats["equal"] == stats["compared"], stats
+    assert stats["ambiguous"] <= stats["compared"] // 50, stats
+
+
+@pytest.mark.skipif(__import__("vllm").__version__.split(".")[:2] != ["0", "32"], reason="oracle run on vLLM 0.32")
+def test_parity_with_vllm_builtin_eagle(ours, tiny):
+    r, _ = ours
+    builtin = run_engine(tiny["target"], speculative_config={"model": str(tiny["eagle"]), "num_speculative_tokens": 3},
+                         prompts=PROMPTS, max_tokens=LENGTHS, schedule=SCHEDULE, llm_kwargs=BUSY,
+                         env={"VLLM_SPEC_PLUGINS": ""})
+    assert "served by plugin" not in builtin.log
+    assert builtin.metrics["preemptions"] > 0
+    assert builtin.outputs == r.outputs
+    assert builtin.metrics["drafts"] == r.metrics["drafts"]
+    assert builtin.accepted_per_pos == r.accepted_per_pos
+
+
+def test_fc_bias_is_used_and_matches_reference(tiny, baseline, tmp_path):
+    trace = tmp_path / "trace"
+    spec = {"model": str(tiny["eagle_bias"]), "num_speculative_tokens": 3, "method": "eagle"}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+    assert r.outputs == baseline.outputs
+    records = _records(trace)
+    with_bias = replay(records, _reference(tiny["eagle_bias"], tiny["target"], use_bias=True))
+    assert with_bias["compared"] >= 150 and with_bias["equal"] == with_bias["compared"], with_bias
+    without = replay(records, _reference(tiny["eagle_bias"], tiny["target"], use_bias=False))
+    assert without["equal"] < without["compared"], "fc.bias never changed a draft: the test cannot tell"
+
+
+def test_tensor_parallel_2(tiny, baseline):
+    spec = {"model": str(tiny["eagle"]), "num_speculative_tokens": 3, "method": "eagle"}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   tensor_parallel_size=2)
+    assert r.outputs == baseline.outputs
+    assert r.metrics["accepted"] > 0
+    assert INFO.format(tiny["eagle"]) in r.log
