@@ -232,12 +232,15 @@ def test_finalize_path_heuristic_method_for_heads(host, method):
 
 
 def test_finalize_attention_drafter(host):
+    # Attention drafters stay on vLLM's EAGLE route (draft KV cache, multi-step loop).
     spec = spec_for(archs=("AttnDrafter",), model_type=None, method="eagle")
     finalize_spec(host, spec, None, True)
-    assert spec.method == "draft_model"
-    spec = spec_for(archs=("AttnDrafter",), model_type=None, method="medusa")
-    with pytest.raises(PluginContractError, match=r"attention-drafter plugin 'attn'.*\"method\": \"attn\""):
-        finalize_spec(host, spec, None, True)
+    assert spec.method == "eagle"
+    assert plugin_of(spec) == "attn"
+    for method in ("medusa", "draft_model"):
+        spec = spec_for(archs=("AttnDrafter",), model_type=None, method=method)
+        with pytest.raises(PluginContractError, match=r"attention-drafter plugin 'attn'.*\"method\": \"attn\""):
+            finalize_spec(host, spec, None, True)
 
 
 def test_finalize_unknown_arch_unchanged(host):
