@@ -57,7 +57,16 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         # "eagle-" in the folder name: vLLM's path heuristic picks method "eagle" without being told.
         "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),
         "eagle_bias": make_tiny_eagle(d / "tiny-eagle-1-bias", target, fc_bias=True, fmt="bin"),
+        "variant": _variant(make_tiny_eagle(d / "tiny-variant", target)),
     }
+
+
+def _variant(path: Path) -> Path:
+    """The EAGLE checkpoint, claimed by the third-party variant plugin (tests/plugins/eagle_variant)."""
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["architectures"] = ["EagleVariantLlama"]
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
 
 
 @pytest.fixture(scope="session")

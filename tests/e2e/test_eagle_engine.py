@@ -112,3 +112,41 @@ def test_tensor_parallel_2(tiny, baseline):
     assert r.outputs == baseline.outputs
     assert r.metrics["accepted"] > 0
     assert INFO.format(tiny["eagle"]) in r.log
+
+
+def test_third_party_attention_drafter_gets_extras_and_state(tiny, baseline, tmp_path):
+    """A third-party EAGLE variant (tests/plugins/eagle_variant), named by "method": its forward takes
+    a carried state and its state-carry hook an extra input, in every pass of vLLM's EAGLE loop."""
+    trace, log = tmp_path / "trace", tmp_path / "variant"
+    spec = {"model": str(tiny["variant"]), "num_speculative_tokens": 3, "method": "eaglevariant"}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), "VSP_VARIANT_LOG": str(log)})
+    assert r.outputs == baseline.outputs
+    assert f"draft '{tiny['variant']}' served by plugin 'eaglevariant' (vsp-test-eagle-variant 0.0.1)" in r.log
+    records = _records(trace)
+    stats = replay(records, _reference(tiny["variant"], tiny["target"]))  # its drafts are EAGLE-1's
+    assert stats["compared"] >= 150 and stats["equal"] == stats["compared"], stats
+    calls = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(log / "*.pt")))]
+    calls = calls[len(calls) - 3 * len(records):]  # warm-up calls come first; then 3 passes per step (K=3)
+    prompt_len = {}
+    checked = 0
+    for i, rec in enumerate(records):
+        B, T = len(rec["req_ids"]), rec["target_token_ids"].shape[0]
+        qsl = rec["query_start_loc"].long()
+        count = rec["count"]  # the state the forward saw, one row per request
+        first, later = calls[3 * i], calls[3 * i + 1: 3 * i + 3]
+        assert first["rows"] >= T
+        for b in range(B):
+            assert torch.equal(first["count"][qsl[b]:qsl[b + 1]], count[b].expand(int(qsl[b + 1] - qsl[b])))
+        for c in later:
+            assert c["rows"] >= B and torch.equal(c["count"][:B], count)
+        sample = rec["token_indices_to_sample"]
+        sample = (qsl[1:] - 1) if sample is None else sample.long()
+        pos = rec["target_positions"]
+        for b, rid in enumerate(rec["req_ids"]):
+            prompt_len.setdefault(rid, int(qsl[b + 1] - qsl[b]))  # first step: the whole prompt
+            if int(rec["valid_count"][b]) > 0:
+                # tokens generated so far, the one just sampled included
+                assert int(count[b]) == int(pos[sample[b]]) - prompt_len[rid] + 2
+                checked += 1
+    assert checked >= len(PROMPTS) * 10
