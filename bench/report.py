@@ -1,0 +1,66 @@
+"""Render bench results (``bench/out/*.json``) as Markdown tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _pct(xs: list[float]) -> str:
+    return " / ".join(f"{x:.0%}" for x in xs) if xs else "–"
+
+
+def markdown(report: dict) -> str:
+    s = report["settings"]
+    lines = [
+        f"vLLM {report['vllm']} (CPU build), {report['machine']['cpus']} CPUs ({report['machine']['processor']}), "
+        f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
+        f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}. "
+        f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
+        "",
+        "| row | concurrency | tokens/s | speedup vs no spec | mean acceptance length | acceptance per position | outputs = no spec |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(report["rows"], key=lambda r: (r["concurrency"], r["group"])):
+        acc = r["mean_acceptance_length"]
+        lines.append(
+            f"| {r['row']} | {r['concurrency']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{'–' if acc is None else f'{acc:.2f}'} | {_pct(r['acceptance_per_position'])} | "
+            f"{'yes' if r['outputs_equal_no_spec'] else 'NO'} |")
+    if report.get("paired"):
+        lines += ["", "Paired ratios (same checkpoint, interleaved, median of per-repetition ratios):", "",
+                  "| pair | concurrency | tokens/s ratio | per repetition |", "|---|---|---|---|"]
+        for p in report["paired"]:
+            lines.append(f"| {p['pair']} | {p['concurrency']} | {p['ratio']:.3f} | "
+                         f"{', '.join(f'{x:.3f}' for x in p['ratios'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def overhead_markdown(report: dict) -> str:
+    lines = [f"Command: `{report['command']}`. vLLM {report['vllm']}, in-process engine "
+             f"(VLLM_ENABLE_V1_MULTIPROCESSING=0), {report['steps']} decoding steps per row, concurrency "
+             f"{report['concurrency']}.", "",
+             "| drafter | runner.propose_draft_token_ids ms/step (median) | draft model compute ms/step | "
+             "everything else ms/step |", "|---|---|---|---|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['row']} | {r['propose_ms']:.2f} | {r['model_ms']:.2f} | {r['other_ms']:.2f} |")
+    if report.get("pairs"):
+        lines += ["", "| ours / built-in | propose | everything else |", "|---|---|---|"]
+        for p in report["pairs"]:
+            lines.append(f"| {p['pair']} | {p['propose_ratio']:.3f} | {p['other_ratio']:.3f} |")
+    st = report.get("startup")
+    if st:
+        lines += ["", f"Start-up: `register()` (discover {st['plugins']} plugins, register them, install patches) "
+                  f"takes {st['register_ms']:.1f} ms median in a fresh process after `import vllm` "
+                  f"(import of the entry-point module alone: {st['import_ms']:.1f} ms)."]
+        if st.get("engine_start_with") is not None:
+            lines.append(f"Engine start without speculation, median of {st['engine_repeats']} interleaved: with our "
+                         f"package {st['engine_start_with']:.1f} s, without it (`VLLM_PLUGINS=''`) "
+                         f"{st['engine_start_without']:.1f} s (ratio {st['engine_start_ratio']:.3f}).")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    data = json.loads(Path(sys.argv[1]).read_text())
+    print(overhead_markdown(data) if "startup" in data or "pairs" in data else markdown(data))

@@ -1,0 +1,281 @@
+"""``make bench``: speculative decoding on SmolLM2-135M-Instruct, our plugins side by side with vLLM's drafters.
+
+Rows (each a real vLLM engine in its own process, kept alive for the whole group):
+no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
+without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``. All
+engines of a group are started first, then their timed phases are interleaved round
+robin, repetition after repetition, so machine drift hits every row alike; ratios
+(speedup over no speculation, ours over built-in) are taken within a repetition and
+their median reported. Greedy, held-out prompts only (``bench.prompts.heldout_prompts``).
+
+Writes ``bench/out/results.json`` and ``bench/out/results.md``.
+
+    python -m bench.run            # full
+    python -m bench.run --quick    # under 5 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+DRAFTS = ROOT / "bench" / "drafts"
+CACHE = ROOT / ".cache" / "bench"
+
+
+class Engine:
+    """A bench.engine_worker process."""
+
+    def __init__(self, name: str, model: str, spec: dict | None, env: dict[str, str], log_dir: Path,
+                 max_num_seqs: int, max_model_len: int = 2048) -> None:
+        self.name = name
+        cfg = {"model": model, "speculative_config": spec, "max_num_seqs": max_num_seqs,
+               "max_model_len": max_model_len}
+        full_env = dict(os.environ)
+        full_env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        full_env.update(env)
+        self.log_path = log_dir / f"{name}.log"
+        self.log = open(self.log_path, "w")
+        t = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.engine_worker", json.dumps(cfg)], cwd=ROOT,
+                                     env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, bufsize=1)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"engine {name} failed to start; see {self.log_path}:\n"
+                               + self.log_path.read_text()[-4000:])
+        self.ready = json.loads(line)
+        self.start_seconds = time.perf_counter() - t
+
+    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": "run", "prompts": prompts, "concurrency": concurrency,
+                                          "max_tokens": max_tokens}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"engine {self.name} died; see {self.log_path}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        except Exception:
+            self.proc.kill()
+        self.log.close()
+
+
+def vllm_minor() -> str:
+    out = subprocess.run([sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                         text=True, cwd=ROOT)
+    return out.stdout.strip()
+
+
+def materialize_builtin_medusa(src: Path, target: Path, dst: Path, drop_bias: bool) -> Path:
+    """A copy of our Medusa heads that vLLM 0.32's built-in Medusa can load: it needs the lm_head
+    weights in the checkpoint (our plugin shares the target's). Biases are kept unless ``drop_bias``
+    (vLLM drops them anyway, as its config lacks ``medusa_fc_bias``)."""
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    sd = load_file(str(src / "medusa_lm_head.safetensors"))
+    if drop_bias:
+        sd = {k: v for k, v in sd.items() if not k.endswith(".bias")}
+    tsd = load_file(str(target / "model.safetensors"))
+    lm = tsd.get("lm_head.weight", tsd["model.embed_tokens.weight"])
+    sd["lm_head.weight"] = lm.to(next(iter(sd.values())).dtype).contiguous()
+    save_file(sd, str(dst / "medusa_lm_head.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["original_lm_head"] = True
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst
+
+
+def materialize_eagle_nobias(src: Path, dst: Path) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    sd = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k != "fc.bias"}
+    save_file(sd, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text((src / "config.json").read_text())
+    return dst
+
+
+def held_out_prompt_ids(target: Path, n: int) -> tuple[list[list[int]], list[str]]:
+    from transformers import AutoTokenizer
+
+    from bench.prompts import heldout_prompts
+
+    tok = AutoTokenizer.from_pretrained(str(target))
+    texts = heldout_prompts()[:n]
+    ids = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
+           for t in texts]
+    ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
+    return ids, texts
+
+
+def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool) -> dict[str, dict]:
+    med, eag = DRAFTS / "smollm2-medusa", DRAFTS / "smollm2-eagle"
+    med_b = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head", drop_bias=False)
+    med_nb = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head-nobias", drop_bias=True)
+    eag_nb = materialize_eagle_nobias(eag, CACHE / "eagle-nobias")
+    off = {"VLLM_SPEC_PLUGINS": ""}
+    rows = {
+        "no speculation": {"spec": None, "env": {}},
+        "vLLM built-in Medusa": {"spec": {"model": str(med_b), "num_speculative_tokens": k_medusa},
+                                 "env": off, "builtin": True},
+        "our Medusa": {"spec": {"model": str(med_b), "num_speculative_tokens": k_medusa}, "env": {}},
+        "our Medusa, biases dropped": {"spec": {"model": str(med_nb), "num_speculative_tokens": k_medusa},
+                                       "env": {}},
+        "vLLM built-in EAGLE": {"spec": {"model": str(eag), "num_speculative_tokens": k_eagle, "method": "eagle"},
+                                "env": off, "builtin": True},
+        "our EAGLE": {"spec": {"model": str(eag), "num_speculative_tokens": k_eagle, "method": "eagle"}, "env": {}},
+        "our EAGLE, fc.bias dropped": {"spec": {"model": str(eag_nb), "num_speculative_tokens": k_eagle,
+                                                "method": "eagle"}, "env": {}},
+    }
+    if not builtin_ok:
+        rows = {k: v for k, v in rows.items() if not v.get("builtin")}
+    return rows
+
+
+def summarize(name: str, phases: list[dict], base_phases: list[dict], prompts_n: int) -> dict:
+    tps = [p["tokens"] / p["seconds"] for p in phases]
+    speedups = [(p["tokens"] / p["seconds"]) / (b["tokens"] / b["seconds"]) for p, b in zip(phases, base_phases)]
+    spec: dict = {}
+    for p in phases:
+        for k, v in p["spec"].items():
+            if isinstance(v, list):
+                spec[k] = [a + b for a, b in zip(spec.get(k, [0] * len(v)), v)]
+            else:
+                spec[k] = spec.get(k, 0) + v
+    drafts = spec.get("drafts", 0)
+    same = all(p["outputs"] == b["outputs"] for p, b in zip(phases, base_phases))
+    return {
+        "row": name,
+        "tokens_per_s": statistics.median(tps),
+        "tokens_per_s_all": tps,
+        "speedup": statistics.median(speedups),
+        "speedup_all": speedups,
+        "mean_acceptance_length": (1 + spec.get("accepted", 0) / drafts) if drafts else None,
+        "acceptance_per_position": [a / drafts for a in spec.get("accepted_per_pos", [])] if drafts else [],
+        "drafts": drafts,
+        "accepted": spec.get("accepted", 0),
+        "outputs_equal_no_spec": same,
+        "prompts": prompts_n,
+    }
+
+
+def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int]], args, log_dir: Path) -> dict:
+    engines: dict[str, Engine] = {}
+    try:
+        for name in names:
+            print(f"  starting {name} ...", flush=True)
+            engines[name] = Engine(name.replace(" ", "_").replace(",", ""), str(target), rows[name]["spec"],
+                                   rows[name]["env"], log_dir, max_num_seqs=max(args.concurrency))
+        for e in engines.values():  # warm-up: one request, then one full batch of each concurrency
+            e.run(prompts[:1], 1, args.max_tokens)
+            for c in args.concurrency:
+                e.run(prompts[:c], c, args.max_tokens)
+        phases: dict[tuple[str, int], list[dict]] = {(n, c): [] for n in names for c in args.concurrency}
+        order = list(names)
+        for rep in range(args.repeats):
+            for c in args.concurrency:
+                batch = prompts[: args.prompts_c1] if c == 1 else prompts[: args.prompts_cn * c]
+                for name in order:
+                    r = engines[name].run(batch, c, args.max_tokens)
+                    phases[(name, c)].append(r)
+                    print(f"  rep {rep + 1}/{args.repeats} c={c} {name}: {r['tokens'] / r['seconds']:.1f} tok/s",
+                          flush=True)
+            order = order[1:] + order[:1]  # rotate who goes first
+        starts = {n: e.start_seconds for n, e in engines.items()}
+    finally:
+        for e in engines.values():
+            e.close()
+    return {"phases": phases, "starts": starts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and repetitions (< 5 min)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--prompts-c1", type=int, default=4, help="prompts per timed phase at concurrency 1")
+    ap.add_argument("--prompts-cn", type=int, default=2, help="batches per timed phase at concurrency > 1")
+    ap.add_argument("--k-medusa", type=int, default=None, help="speculative tokens for Medusa (default: all heads)")
+    ap.add_argument("--k-eagle", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.max_tokens, args.prompts_c1, args.prompts_cn = 1, 64, 2, 1
+    from bench.smollm2 import ensure_smollm2
+
+    target = ensure_smollm2()
+    version = vllm_minor()
+    builtin_ok = version.startswith("0.32.")
+    k_medusa = args.k_medusa or json.loads((DRAFTS / "smollm2-medusa" / "config.json").read_text())["num_heads"]
+    rows = rows_for(target, k_medusa, args.k_eagle, builtin_ok)
+    n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
+    prompts, _ = held_out_prompt_ids(target, n_prompts)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log_dir = args.out / "logs"
+    log_dir.mkdir(exist_ok=True)
+    if args.quick:
+        groups = [[n for n in rows if "dropped" not in n]]
+    else:
+        groups = [[n for n in rows if "EAGLE" not in n], ["no speculation"] + [n for n in rows if "EAGLE" in n]]
+    t0 = time.perf_counter()
+    results = []
+    paired = []
+    for gi, names in enumerate(groups):
+        print(f"group {gi + 1}/{len(groups)}: {', '.join(names)}", flush=True)
+        g = run_group(names, rows, target, prompts, args, log_dir)
+        for c in args.concurrency:
+            base = g["phases"][("no speculation", c)]
+            for name in names:
+                if name == "no speculation" and gi > 0:
+                    continue
+                s = summarize(name, g["phases"][(name, c)], base, len(base[0]["outputs"]))
+                s.update(concurrency=c, group=gi + 1, start_seconds=g["starts"][name])
+                results.append(s)
+            for kind in ("Medusa", "EAGLE"):
+                ours, theirs = f"our {kind}", f"vLLM built-in {kind}"
+                if ours in names and theirs in names:
+                    o, t = g["phases"][(ours, c)], g["phases"][(theirs, c)]
+                    ratios = [(a["tokens"] / a["seconds"]) / (b["tokens"] / b["seconds"]) for a, b in zip(o, t)]
+                    paired.append({"pair": f"{ours} / {theirs}", "concurrency": c,
+                                   "ratio": statistics.median(ratios), "ratios": ratios})
+    report = {
+        "command": "python -m bench.run" + (" --quick" if args.quick else ""),
+        "vllm": version,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count()},
+        "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
+                     "prompts_c1": args.prompts_c1, "prompts_cn": args.prompts_cn, "k_medusa": k_medusa,
+                     "k_eagle": args.k_eagle, "dtype": "float32", "enforce_eager": True},
+        "rows": results,
+        "paired": paired,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    (args.out / "results.json").write_text(json.dumps(report, indent=2))
+    from bench.report import markdown
+
+    md = markdown(report)
+    (args.out / "results.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

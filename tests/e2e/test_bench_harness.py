@@ -1,0 +1,22 @@
+"""The benchmark harness (bench/engine_worker.py behind bench.run.Engine) on the tiny target."""
+
+from tests.conftest import PROMPTS
+
+
+def test_engine_worker_protocol_and_metric_deltas(tiny, tmp_path):
+    from bench.run import Engine
+
+    e = Engine("tiny-medusa", str(tiny["target"]), {"model": str(tiny["medusa"]), "num_speculative_tokens": 3},
+               {}, tmp_path, max_num_seqs=4, max_model_len=512)
+    try:
+        assert e.ready["ready"] and e.start_seconds > 0
+        one = e.run(PROMPTS[:4], 1, 32)
+        four = e.run(PROMPTS[:4], 4, 32)
+    finally:
+        e.close()
+    assert one["outputs"] == four["outputs"] and len(one["outputs"]) == 4
+    assert one["tokens"] == sum(map(len, one["outputs"])) and one["seconds"] > 0
+    for r in (one, four):  # per-phase deltas of vLLM's cumulative counters
+        assert r["spec"]["drafts"] > 0 and r["spec"]["draft_tokens"] == 3 * r["spec"]["drafts"]
+        assert sum(r["spec"]["accepted_per_pos"]) == r["spec"]["accepted"] > 0
+    assert "served by plugin 'medusa'" in (tmp_path / "tiny-medusa.log").read_text()

@@ -1,0 +1,44 @@
+"""The benchmark's arithmetic and tables, on synthetic phases (no engine)."""
+
+from bench.report import markdown, overhead_markdown
+from bench.run import summarize
+
+
+def phase(tokens, seconds, outputs, spec=None):
+    return {"tokens": tokens, "seconds": seconds, "outputs": outputs, "spec": spec or {}}
+
+
+def test_summarize_medians_paired_speedup_and_acceptance():
+    base = [phase(100, 10.0, [[1, 2]]), phase(100, 5.0, [[1, 2]]), phase(100, 10.0, [[1, 2]])]
+    spec = {"drafts": 10, "accepted": 6, "accepted_per_pos": [4, 2], "draft_tokens": 20}
+    rows = [phase(100, 5.0, [[1, 2]], spec), phase(100, 5.0, [[1, 2]], spec), phase(100, 4.0, [[1, 2]], spec)]
+    s = summarize("our Medusa", rows, base, 1)
+    assert s["tokens_per_s"] == 20.0
+    assert s["speedup_all"] == [2.0, 1.0, 2.5] and s["speedup"] == 2.0  # paired per repetition, then median
+    assert s["mean_acceptance_length"] == 1 + 18 / 30
+    assert s["acceptance_per_position"] == [12 / 30, 6 / 30]
+    assert s["outputs_equal_no_spec"] is True
+
+
+def test_summarize_flags_different_outputs():
+    s = summarize("x", [phase(10, 1.0, [[1, 3]])], [phase(10, 1.0, [[1, 2]])], 1)
+    assert s["outputs_equal_no_spec"] is False
+    assert s["mean_acceptance_length"] is None
+
+
+def test_markdown_tables():
+    report = {"vllm": "0.32.0", "machine": {"cpus": 2, "processor": "x86_64"}, "command": "python -m bench.run",
+              "wall_seconds": 120.0,
+              "settings": {"max_tokens": 128, "repeats": 3, "k_medusa": 4, "k_eagle": 3},
+              "rows": [summarize("no speculation", [phase(10, 1.0, [[1]])], [phase(10, 1.0, [[1]])], 1)
+                       | {"concurrency": 1, "group": 1}],
+              "paired": [{"pair": "our Medusa / vLLM built-in Medusa", "concurrency": 1, "ratio": 1.01,
+                          "ratios": [1.0, 1.01, 1.02]}]}
+    md = markdown(report)
+    assert "| no speculation | 1 | 10.0 | 1.00x | – | – | yes |" in md
+    assert "| our Medusa / vLLM built-in Medusa | 1 | 1.010 | 1.000, 1.010, 1.020 |" in md
+    o = overhead_markdown({"command": "c", "vllm": "0.32.0", "steps": 5, "concurrency": 1,
+                           "rows": [{"row": "our EAGLE", "propose_ms": 3.0, "model_ms": 2.0, "other_ms": 1.0}],
+                           "pairs": [{"pair": "p", "propose_ratio": 1.0, "other_ratio": 1.1}],
+                           "startup": {"plugins": 2, "register_ms": 5.0, "import_ms": 1.0}})
+    assert "| our EAGLE | 3.00 | 2.00 | 1.00 |" in o and "| p | 1.000 | 1.100 |" in o and "5.0 ms" in o
