@@ -18,23 +18,6 @@ import sys
 import time
 
 
-def _spec_metrics(llm) -> dict:
-    out: dict = {}
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted",
-             "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos"}
-    for m in llm.get_metrics():
-        key = names.get(m.name)
-        if key is None:
-            continue
-        if hasattr(m, "values"):
-            prev = out.get(key) or [0] * len(m.values)
-            out[key] = [a + b for a, b in zip(prev, m.values)]
-        else:
-            out[key] = out.get(key, 0) + m.value
-    return out
-
-
 def _delta(after: dict, before: dict) -> dict:
     out = {}
     for k, v in after.items():
@@ -56,6 +39,8 @@ def main() -> None:
     t0 = time.perf_counter()
     from vllm import LLM, SamplingParams
 
+    from vllm_spec_plugins.testing.engine import spec_metrics
+
     kwargs = dict(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=cfg.get("gpu_memory_utilization", 0.3),
                   max_model_len=cfg.get("max_model_len", 2048), dtype="float32", seed=0, disable_log_stats=False,
                   max_num_seqs=cfg.get("max_num_seqs", 16))
@@ -72,7 +57,7 @@ def main() -> None:
         params = SamplingParams(temperature=0.0, max_tokens=cmd["max_tokens"], ignore_eos=cmd.get("ignore_eos", False))
         prompts = [{"prompt_token_ids": p} for p in cmd["prompts"]]
         c = cmd["concurrency"]
-        before = _spec_metrics(llm)
+        before = spec_metrics(llm)
         outputs: list[list[int]] = []
         t = time.perf_counter()
         for i in range(0, len(prompts), c):
@@ -80,7 +65,7 @@ def main() -> None:
                 outputs.append(list(r.outputs[0].token_ids))
         seconds = time.perf_counter() - t
         out.write(json.dumps({"seconds": seconds, "tokens": sum(map(len, outputs)), "outputs": outputs,
-                              "spec": _delta(_spec_metrics(llm), before)}) + "\n")
+                              "spec": _delta(spec_metrics(llm), before)}) + "\n")
         out.flush()
 
 

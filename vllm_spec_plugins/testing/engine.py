@@ -96,7 +96,8 @@ def run_engine(model: str, *, speculative_config: dict | None = None, prompts: l
                         out.get("finished", {}))
 
 
-def _metrics(llm: Any) -> dict[str, Any]:
+def spec_metrics(llm: Any) -> dict[str, Any]:
+    """vLLM's cumulative spec-decode counters (and preemptions) of an ``LLM``, by short name."""
     out: dict[str, Any] = {}
     for m in llm.get_metrics():
         key = SPEC_METRICS.get(m.name)
@@ -155,7 +156,7 @@ def _main(job_path: str, out_path: str) -> None:
         outputs = [list(r.outputs[0].token_ids) for r in results]
         texts = [r.outputs[0].text or "" for r in results]
     with open(out_path, "w") as f:
-        json.dump({"outputs": outputs, "metrics": _metrics(llm), "texts": texts, "finished": finished}, f)
+        json.dump({"outputs": outputs, "metrics": spec_metrics(llm), "texts": texts, "finished": finished}, f)
 
 
 if __name__ == "__main__":
