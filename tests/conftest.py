@@ -35,7 +35,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     import torch
     from safetensors.torch import save_file
 
-    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle, make_tiny_medusa, make_tiny_target
+    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle, make_tiny_eagle3, make_tiny_medusa, make_tiny_target
 
     d = tmp_path_factory.mktemp("ckpt")
     target = make_tiny_target(d / "target")
@@ -58,6 +58,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),
         "eagle_bias": make_tiny_eagle(d / "tiny-eagle-1-bias", target, fc_bias=True, fmt="bin"),
         "variant": _variant(make_tiny_eagle(d / "tiny-variant", target)),
+        # "eagle3" in the folder name: vLLM's path heuristic picks method "eagle3" without being told.
+        # Draft vocabulary: the target's 200 most frequently produced tokens (d2t/t2d).
+        "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=200),
     }
 
 

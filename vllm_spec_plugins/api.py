@@ -149,7 +149,8 @@ class Drafter:
     kind: DrafterKind = "heads"
     """``heads``: one forward per step over one row per request, returning draft token ids
     ``[num_reqs, k]`` or logits ``[num_reqs, k, vocab]``. ``attention``: an autoregressive
-    drafter with its own KV cache, run inside vLLM's multi-step EAGLE loop."""
+    drafter with its own KV cache, run inside vLLM's multi-step EAGLE loop (fed with the
+    target's final hidden states, or with chosen target layers when ``aux_layer_ids`` is set)."""
     extra_inputs: tuple[ExtraInput, ...] = ()
     """Inputs beyond :data:`DEFAULT_INPUTS`."""
     state: tuple[StateSpec, ...] = ()
@@ -157,7 +158,15 @@ class Drafter:
     update_state: str = "update_state"
     """Name of the model method that is the state-carry hook (used when ``state`` is set)."""
     aux_layer_ids: str | None = None
-    """Draft-config attribute listing target layer ids for the ``aux_hidden_*`` sources."""
+    """Draft-config attribute listing the target layer ids the drafter consumes (the residual
+    stream entering each layer; ``0`` = embeddings). ``heads`` drafters: the layers of the
+    ``aux_hidden_*`` sources (the key must be set). ``attention`` drafters: the drafter consumes
+    these layers in vLLM's loop, which then runs with the target's aux hidden-state outputs on
+    (vLLM's ``eagle3`` route): in the first pass its ``hidden_states`` are the chosen layers
+    concatenated, ``[num_tokens, n_layers * target_hidden]``, reduced by the model's
+    ``combine_hidden_states(hidden_states) -> [num_tokens, hidden]`` before the loop; later
+    passes get the model's own second output as usual. When the draft config lacks the key,
+    vLLM's default layer choice applies."""
     max_speculative_tokens: Dim | None = None
     """Most draft tokens per step the checkpoint supports (int or config attribute);
     asking for more is an error."""

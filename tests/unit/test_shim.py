@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from vllm_spec_plugins import PluginContractError, UnsupportedVllmError, shim
+from vllm_spec_plugins import Drafter, PluginContractError, UnsupportedVllmError, shim
 from vllm_spec_plugins.patch import _util
 from vllm_spec_plugins.patch.config import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR, finalize_spec, plugin_of
 
@@ -304,3 +304,188 @@ def test_finalize_aux_layer_ids(host):
     spec = spec_for(archs=("AuxArch",), model_type=None)
     with pytest.raises(PluginContractError, match=r"draft config key 'layer_ids'"):
         finalize_spec(host, spec, None, True)
+
+
+# -- attention drafters that consume chosen target layers (vLLM's eagle3 route) ------------
+
+
+@pytest.fixture
+def eagle_host():
+    """A plugin with a plain attention drafter and one consuming target layers, as the EAGLE plugin."""
+    return host_with(
+        FakeEntryPoint("eaglelike", plugin_registering(
+            heads("EagleLlamaForCausalLM", kind="attention", position_free=False),
+            Drafter(architectures=("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM"), kind="attention",
+                    model_class="toy_pkg.model:Eagle3", position_free=False,
+                    aux_layer_ids="eagle_aux_hidden_state_layer_ids")), dist="eaglelike-dist"),
+        FakeEntryPoint("attn", plugin_registering(heads("AttnDrafter", kind="attention")), dist="attn-dist"),
+        FakeEntryPoint("auxattn", plugin_registering(heads("Eagle3Aux", kind="attention", aux_layer_ids="ids")),
+                       dist="auxattn-dist"),
+        FakeEntryPoint("medlike", plugin_registering(heads("MedusaLike", model_type="medlike")), dist="ml-dist"),
+    )
+
+
+def test_attention_routes():
+    from vllm_spec_plugins.patch.config import ATTENTION_METHODS, attention_method, route_of
+
+    assert ATTENTION_METHODS == ("eagle", "eagle3")
+    assert attention_method(heads("A", kind="attention")) == "eagle"
+    assert attention_method(heads("A", kind="attention", aux_layer_ids="k")) == "eagle3"
+    assert route_of(heads("A", aux_layer_ids="k")) == "draft_model"
+
+
+def test_finalize_aux_attention_drafter_on_eagle3(eagle_host):
+    spec = spec_for(archs=("LlamaForCausalLMEagle3",), model_type="llama", method="eagle3",
+                    eagle_aux_hidden_state_layer_ids=[0, 1, 2], draft_len=512)
+    finalize_spec(eagle_host, spec, None, True)
+    hf = spec.draft_model_config.hf_config
+    assert spec.method == "eagle3"
+    assert plugin_of(spec) == "eaglelike" and getattr(hf, ARCH_ATTR) == "LlamaForCausalLMEagle3"
+    assert hf.eagle_aux_hidden_state_layer_ids == [0, 1, 2]
+    assert spec.draft_model_config.max_model_len == 512  # position_free=False
+    # the same drafter named by alias
+    spec = spec_for(archs=("LlamaForCausalLMEagle3",), model_type="llama", method="eagle3")
+    assert finalize_spec(eagle_host, spec, "eaglelike", True).method == "eagle3"
+
+
+def test_finalize_aux_attention_drafter_other_key_and_vllm_default(eagle_host):
+    spec = spec_for(archs=("Eagle3Aux",), model_type=None, method="eagle3", ids=(3, 5))
+    finalize_spec(eagle_host, spec, None, True)
+    assert spec.draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids == [3, 5]
+    # key absent: no error, vLLM's runner falls back to its own default layers
+    spec = spec_for(archs=("Eagle3Aux",), model_type=None, method="eagle3")
+    finalize_spec(eagle_host, spec, None, True)
+    assert not hasattr(spec.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids")
+    assert plugin_of(spec) == "auxattn"
+
+
+@pytest.mark.parametrize("arch,method,want", [
+    ("Eagle3Aux", "eagle", "eagle3"),                 # consumes target layers: needs the eagle3 loop
+    ("Eagle3Aux", "draft_model", "eagle3"),
+    ("AttnDrafter", "eagle3", "eagle"),               # plain: the eagle loop
+    ("EagleLlamaForCausalLM", "eagle3", "eagle"),
+])
+def test_finalize_attention_drafter_wrong_loop(eagle_host, arch, method, want):
+    spec = spec_for(archs=(arch,), model_type=None, method=method)
+    with pytest.raises(PluginContractError) as ei:
+        finalize_spec(eagle_host, spec, None, True)
+    msg = str(ei.value)
+    assert f"runs in vLLM's {want!r} drafting loop, but vLLM resolved method {method!r}" in msg
+    assert f'"method": "{want}"' in msg and "not a local folder" in msg
+
+
+@pytest.mark.parametrize("method,archs,expected", [
+    ("eagle", ["LlamaForCausalLM"], ["EagleLlamaForCausalLM"]),
+    ("eagle", ["EagleFoo"], ["EagleFoo"]),
+    ("eagle", ["LlamaForCausalLMEagle3"], ["EagleLlamaForCausalLMEagle3"]),
+    ("eagle3", ["LlamaForCausalLM"], ["Eagle3LlamaForCausalLM"]),
+    ("eagle3", ["LlamaForCausalLMEagle3"], ["LlamaForCausalLMEagle3"]),
+    ("eagle3", ["Eagle3Foo"], ["Eagle3Foo"]),
+    ("eagle3", ["EagleFoo"], ["Eagle3EagleFoo"]),
+])
+def test_vllm_architectures_match_vllm_eagle_config(method, archs, expected):
+    from transformers import LlamaConfig
+    from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+    from vllm_spec_plugins.patch.config import vllm_architectures
+
+    assert vllm_architectures(method, archs) == expected
+    wrapped = EAGLEConfig(LlamaConfig(architectures=archs, vocab_size=32), method=method, model_type="eagle")
+    assert list(wrapped.architectures) == expected
+    assert vllm_architectures("draft_model", archs) == archs
+
+
+def _ckpt(tmp_path, name, **cfg):
+    import json
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_alias_route_from_local_config(eagle_host, tmp_path):
+    from vllm_spec_plugins.patch.config import alias_route
+
+    eagle3 = _ckpt(tmp_path, "draft-a", architectures=["LlamaForCausalLMEagle3"], model_type="llama")
+    assert alias_route(eagle_host, "eaglelike", eagle3) == "eagle3"
+    # a plain Llama config fits both drafters: the aux key decides...
+    keyed = _ckpt(tmp_path, "draft-b", architectures=["LlamaForCausalLM"], eagle_aux_hidden_state_layer_ids=[1, 2])
+    assert alias_route(eagle_host, "eaglelike", keyed) == "eagle3"
+    # ...then vLLM's path heuristic...
+    assert alias_route(eagle_host, "eaglelike", _ckpt(tmp_path, "my-eagle3", architectures=["LlamaForCausalLM"])) \
+        == "eagle3"
+    assert alias_route(eagle_host, "eaglelike", _ckpt(tmp_path, "my-eagle-1", architectures=["LlamaForCausalLM"])) \
+        == "eagle"
+    # ...then the first registered drafter
+    assert alias_route(eagle_host, "eaglelike", _ckpt(tmp_path, "plain", architectures=["LlamaForCausalLM"])) \
+        == "eagle"
+    # the config decides over the path
+    e3_in_eagle1_folder = _ckpt(tmp_path, "x-eagle-1", architectures=["LlamaForCausalLMEagle3"])
+    assert alias_route(eagle_host, "eaglelike", e3_in_eagle1_folder) == "eagle3"
+    # nothing matches: the path heuristic, then the first drafter (finalize_spec then reports the mismatch)
+    assert alias_route(eagle_host, "eaglelike", _ckpt(tmp_path, "other", architectures=["Qwen2ForCausalLM"])) \
+        == "eagle"
+
+
+def test_alias_route_hub_ids_and_single_route_plugins(eagle_host):
+    from vllm_spec_plugins.patch.config import alias_route
+
+    assert alias_route(eagle_host, "eaglelike", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B") == "eagle3"
+    assert alias_route(eagle_host, "eaglelike", "yuhuili/EAGLE-LLaMA3-Instruct-8B") == "eagle"
+    assert alias_route(eagle_host, "eaglelike", "org/some-draft") == "eagle"
+    assert alias_route(eagle_host, "eaglelike", None) == "eagle"
+    assert alias_route(eagle_host, "attn", "org/whatever-eagle3") == "eagle"
+    assert alias_route(eagle_host, "auxattn", "org/whatever") == "eagle3"
+    assert alias_route(eagle_host, "medlike", "org/whatever") == "draft_model"
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name,cfg,method,want", [
+    ("d3", {"architectures": ["LlamaForCausalLMEagle3"]}, "eaglelike", "eagle3"),
+    ("d1-eagle-1", {"architectures": ["LlamaForCausalLM"]}, "eaglelike", "eagle"),
+    ("dx", {"architectures": ["Eagle3Aux"]}, "auxattn", "eagle3"),
+    ("dy", {"architectures": ["AttnDrafter"]}, "attn", "eagle"),
+    ("dz", {"architectures": ["LlamaForCausalLMEagle3"]}, "eagle3", "eagle3"),  # vLLM's own name: untouched
+])
+def test_pre_hook_rewrites_alias_to_route(eagle_host, tmp_path, name, cfg, method, want):
+    from vllm_spec_plugins.patch.config import make_create_speculative_config
+
+    seen = {}
+
+    def original(self, target_model_config, target_parallel_config):
+        seen.update(self.speculative_config)
+        raise _Stop
+
+    wrapped = make_create_speculative_config(eagle_host, True)(original)
+    args = types.SimpleNamespace(speculative_config={"model": _ckpt(tmp_path, name, **cfg), "method": method,
+                                                     "num_speculative_tokens": 3})
+    with pytest.raises(_Stop):
+        wrapped(args, None, None)
+    assert seen["method"] == want
+
+
+@pytest.mark.parametrize("cfg,method,refused", [
+    ({"architectures": ["LlamaForCausalLMEagle3"]}, None, False),  # vLLM's own EAGLE-3 serves it
+    ({"architectures": ["LlamaForCausalLMEagle3"]}, "eaglelike", True),  # our plugin named: refused
+    ({"architectures": ["MedusaLike"]}, None, True),  # only a plugin knows it
+])
+def test_unsupported_vllm_refuses_only_plugin_drafts(eagle_host, tmp_path, monkeypatch, cfg, method, refused):
+    from vllm_spec_plugins.patch.config import make_create_speculative_config
+
+    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    calls = []
+    wrapped = make_create_speculative_config(eagle_host, False)(lambda self, t, p: calls.append(1) or "spec")
+    spec = {"model": _ckpt(tmp_path, "draft", **cfg), "num_speculative_tokens": 3}
+    if method:
+        spec["method"] = method
+    args = types.SimpleNamespace(speculative_config=spec)
+    if refused:
+        with pytest.raises(UnsupportedVllmError, match="cannot be served"):
+            wrapped(args, None, None)
+        assert calls == []
+    else:
+        assert wrapped(args, None, None) == "spec" and calls == [1]

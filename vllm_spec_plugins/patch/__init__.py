@@ -13,11 +13,17 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    heuristics send ``model_type: medusa`` to vLLM 0.32's built-in Medusa, and the
    draft config must name its plugin for the worker processes.
    How: pre: rewrite a plugin alias to ``draft_model`` (kept when vLLM also knows
-   it, so vLLM's own handling of old Medusa configs runs); post: select the
+   it, so vLLM's own handling of old Medusa configs runs), or for attention
+   drafters to vLLM's EAGLE-family method of their loop (``ATTENTION_METHODS``:
+   ``eagle``, or ``eagle3`` for drafters with ``aux_layer_ids``; a plugin with
+   drafters on both picks from the local checkpoint's ``config.json``,
+   :func:`.config.alias_route`); post: select the
    plugin from the draft config (architectures, model_type), set ``method =
-   "draft_model"``, reload the config with the plugin's class, fill missing
+   "draft_model"`` for heads drafters (attention drafters must be on their
+   ``eagle``/``eagle3`` route), reload the config with the plugin's class, fill missing
    hidden/vocab sizes from the target, check ``num_speculative_tokens``, set aux
-   layer ids, raise the draft max_model_len for position-free drafters, stamp
+   layer ids (attention drafters: only when the config sets the key, else vLLM's
+   default layers), raise the draft max_model_len for position-free drafters, stamp
    ``vsp_plugin``/``vsp_dist``/``vsp_architecture`` on the draft hf_config (pickled
    to every process), log the INFO line. On unsupported vLLM versions only this
    patch is installed, to refuse plugin drafts with a clear error.
@@ -36,10 +42,13 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    and aux layer ids. Remove when: vLLM hashes aux layers for every method.
    Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_shim.py.
 4. ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__`` — :mod:`.model_runner`
-   Why: the runner hard-codes ``DraftModelProposer`` for ``draft_model``. How:
+   Why: the runner hard-codes ``DraftModelProposer`` for ``draft_model`` and
+   ``EagleProposer`` for ``eagle``/``eagle3``. How:
    while the original ``__init__`` runs, the module global ``DraftModelProposer``
-   builds the plugin proposer instead (a subclass, so every ``isinstance`` check
-   holds); afterwards set ``use_aux_hidden_state_outputs`` if the plugin asks for
+   (or ``EagleProposer``) builds the plugin proposer instead (a subclass, so every
+   ``isinstance`` check holds; for ``eagle3`` the runner itself then turns on aux
+   hidden-state outputs from the inherited ``eagle3_use_aux_hidden_state``);
+   afterwards set ``use_aux_hidden_state_outputs`` if the plugin asks for
    target layers. Covers ``CPUModelRunner`` (it calls ``super().__init__``).
    Remove when: vLLM has a proposer factory hook. Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/*.
@@ -56,6 +65,15 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    Why: the ``reset`` preemption policy needs to know which requests resumed.
    How: after the original, reset state of ``scheduled_cached_reqs.resumed_req_ids``.
    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py (keep policy).
+
+Not a patch, but vLLM internals the runtime relies on: for attention drafters that
+consume chosen target layers (method ``eagle3``), vLLM's ``SpecDecodeBaseProposer.propose``
+combines them only after asserting the model is one of *its own* EAGLE-3 classes.
+:meth:`vllm_spec_plugins.runtime.proposer.AttentionProposer.propose` therefore calls the
+plugin model's ``combine_hidden_states`` itself and runs the base loop with the proposer's
+``method`` attribute set to ``eagle`` for the duration of that call (nothing else in
+``propose`` tells ``eagle`` from ``eagle3``; checked on 0.32 and 0.33).
+Verified by: tests/e2e/test_eagle3_engine.py.
 
 Public vLLM APIs used without patching: ``ModelRegistry.register_model`` (lazy
 ``"module:Class"``) and ``transformers.AutoConfig.register``.

@@ -24,11 +24,93 @@ PLUGIN_ATTR = "vsp_plugin"
 DIST_ATTR = "vsp_dist"
 ARCH_ATTR = "vsp_architecture"
 
-#: The vLLM method whose multi-step drafting loop (draft KV cache, attention metadata) attention drafters reuse.
-ATTENTION_METHOD = "eagle"
+#: vLLM's EAGLE-family methods whose multi-step drafting loop (draft KV cache, attention metadata)
+#: attention drafters reuse: the plain loop, fed with the target's final hidden states, and the loop
+#: with the target's aux hidden-state outputs on, fed with its chosen layers, concatenated.
+ATTENTION_METHODS = ("eagle", "eagle3")
+#: The plain loop (attention drafters without ``aux_layer_ids``).
+ATTENTION_METHOD = ATTENTION_METHODS[0]
+#: The loop with chosen target layers (attention drafters with ``aux_layer_ids``).
+AUX_ATTENTION_METHOD = ATTENTION_METHODS[1]
 
 #: Methods vLLM's path heuristics pick from the checkpoint *path* (config/speculative.py).
 _PATH_METHODS = ("eagle", "eagle3", "dflash", "dspark")
+
+
+def attention_method(d: Drafter) -> str:
+    """The vLLM method whose loop serves attention drafter ``d``."""
+    return AUX_ATTENTION_METHOD if d.aux_layer_ids else ATTENTION_METHOD
+
+
+def route_of(d: Drafter) -> str:
+    """The vLLM method a drafter is served through: ``draft_model`` for heads, else its EAGLE-family loop."""
+    return attention_method(d) if d.kind == "attention" else "draft_model"
+
+
+def path_method(model: str | None) -> str | None:
+    """The EAGLE-family method vLLM's path heuristic picks for a checkpoint path (``eagle-`` before ``eagle3``)."""
+    low = (model or "").lower()
+    if "eagle-" in low:
+        return ATTENTION_METHOD
+    if "eagle3" in low:
+        return AUX_ATTENTION_METHOD
+    return None
+
+
+def vllm_architectures(method: str, archs: list[str]) -> list[str]:
+    """The architecture names vLLM shows for a draft config once it took ``method``.
+
+    For its EAGLE-family methods vLLM wraps the draft config in ``EAGLEConfig``, which
+    renames architectures (``transformers_utils/configs/eagle.py``): ``eagle``: ``X`` ->
+    ``EagleX`` unless ``X`` starts with ``Eagle``; ``eagle3``: ``X`` -> ``Eagle3X`` unless
+    ``X`` starts or ends with ``Eagle3``. Other methods keep the names.
+    """
+    if method == ATTENTION_METHOD:
+        return [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+    if method == AUX_ATTENTION_METHOD:
+        return [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}" for a in archs]
+    return list(archs)
+
+
+def alias_route(host: PluginHost, alias: str, model: str | None) -> str:
+    """The vLLM method for ``"method": "<alias>"``, before vLLM has read the draft config.
+
+    A plugin whose drafters all take one route: that route. A plugin with drafters on
+    several routes (the ``eagle`` plugin: EAGLE-1 on ``eagle``, EAGLE-3 on ``eagle3``)
+    picks it from the checkpoint's ``config.json``, which is read here only for a **local
+    folder**: the drafters whose architectures match the names vLLM would show on their
+    route (:func:`vllm_architectures`), or their ``model_type``. If several routes still
+    match (a plain ``LlamaForCausalLM`` becomes ``EagleLlamaForCausalLM`` on one and
+    ``Eagle3LlamaForCausalLM`` on the other), a drafter whose ``aux_layer_ids`` key the
+    config sets wins, then vLLM's own path heuristic (``eagle-`` / ``eagle3`` in the path),
+    then the plugin's first registered drafter. **Hub ids** (no local ``config.json``):
+    the path heuristic on the id, then the first registered drafter; pass vLLM's method
+    name instead (``"method": "eagle3"``) to force a route, the plugin still serves the
+    draft by its architecture.
+    """
+    own = list(host.plugins[alias].drafters)
+    routes = list(dict.fromkeys(route_of(d) for d in own))
+    if len(routes) == 1:
+        return routes[0]
+    by_path = path_method(model)
+    cfg = _local_config(model)
+    if cfg:
+        archs = list(cfg.get("architectures") or [])
+        mt = cfg.get("model_type")
+        match = [d for d in own
+                 if set(vllm_architectures(route_of(d), archs)) & set(d.architectures)
+                 or (d.kind == "heads" and mt and d.model_type == mt)]
+        if len({route_of(d) for d in match}) > 1:
+            keyed = [d for d in match if d.aux_layer_ids and d.aux_layer_ids in cfg]
+            if len({route_of(d) for d in keyed}) == 1:
+                return route_of(keyed[0])
+            if by_path in {route_of(d) for d in match}:
+                return by_path
+        if match:
+            return route_of(match[0])
+    if by_path in routes:
+        return by_path
+    return routes[0]
 
 
 def plugin_of(spec: Any) -> str | None:
@@ -108,12 +190,17 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
         spec.method = "draft_model"
     else:
         # Attention drafters run in vLLM's EAGLE loop: vLLM must have taken the EAGLE route
-        # (wrapped the config in EAGLEConfig, planned the draft KV cache).
-        if spec.method != ATTENTION_METHOD:
+        # (wrapped the config in EAGLEConfig, planned the draft KV cache), and for drafters that
+        # consume chosen target layers its eagle3 route (aux hidden-state outputs on).
+        want = attention_method(drafter)
+        if spec.method != want:
             raise PluginContractError(
                 f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.name!r} "
-                f"({drafter.display_dist}), but vLLM resolved method {spec.method!r}. Pass "
-                f"--speculative-config '{{\"method\": \"{drafter.name}\", \"model\": \"{path}\", ...}}'.",
+                f"({drafter.display_dist}), which runs in vLLM's {want!r} drafting loop, but vLLM resolved "
+                f"method {spec.method!r}. Pass "
+                f"--speculative-config '{{\"method\": \"{drafter.name}\", \"model\": \"{path}\", ...}}' "
+                f"(for a checkpoint that is not a local folder: \"method\": \"{want}\"; the draft's architecture "
+                f"still selects the plugin).",
                 plugin_name=drafter.name, dist=drafter.display_dist)
     # Load the config with the plugin's own class when vLLM used another one (0.32 owns 'medusa').
     if drafter.config_class:
@@ -140,12 +227,15 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 plugin_name=drafter.name, dist=drafter.display_dist)
     if drafter.aux_layer_ids:
         ids = getattr(hf, drafter.aux_layer_ids, None)
-        if not ids:
+        if not ids and drafter.kind == "attention":
+            pass  # vLLM's eagle3 route: its runner falls back to its own layer choice
+        elif not ids:
             raise PluginContractError(
                 f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) reads target layer ids "
                 f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
                 plugin_name=drafter.name, dist=drafter.display_dist)
-        hf.eagle_aux_hidden_state_layer_ids = list(ids)
+        else:
+            hf.eagle_aux_hidden_state_layer_ids = list(ids)
     if drafter.position_free:
         dmc.max_model_len = spec.target_model_config.max_model_len
     setattr(hf, PLUGIN_ATTR, drafter.name)
@@ -169,15 +259,35 @@ def _our_version() -> str:
     return __version__
 
 
+def _vllm_serves(archs: list[str]) -> bool:
+    """True when vLLM's registry knows every one of ``archs`` (unsupported vLLM: nothing of ours is registered)."""
+    try:
+        from vllm import ModelRegistry
+
+        known = ModelRegistry.get_supported_archs()
+    except Exception:
+        return False
+    return bool(archs) and all(a in known for a in archs)
+
+
 def _claims(host: PluginHost, model: str | None, alias: str | None) -> str | None:
+    """On an unsupported vLLM: the plugin a draft asks for, if any.
+
+    Named by alias, or claimed by architecture/model_type unless vLLM itself serves the
+    checkpoint's architectures (a plugin may claim names vLLM knows, as the EAGLE plugin's
+    ``LlamaForCausalLMEagle3``: vLLM's own class then serves it as if we were not installed).
+    """
     if alias and alias in host.plugins:
         return alias
     cfg = _local_config(model)
+    archs = list(cfg.get("architectures") or [])
     try:
-        d = host.select(cfg.get("architectures") or [], cfg.get("model_type"))
+        d = host.select(archs, cfg.get("model_type"))
     except VllmSpecPluginError:
         return None
-    return d.name if d else None
+    if d is None or _vllm_serves(archs):
+        return None
+    return d.name
 
 
 def make_create_speculative_config(host: PluginHost, supported: bool):
@@ -193,9 +303,9 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                     alias = method
                     if not supported:
                         raise _version_error(cfg.get("model"), method)
-                    kinds = {d.kind for d in host.plugins[method].drafters}
-                    if kinds == {"attention"}:
-                        cfg["method"] = ATTENTION_METHOD
+                    route = alias_route(host, method, cfg.get("model"))
+                    if route in ATTENTION_METHODS:
+                        cfg["method"] = route
                     elif method not in _vllm_methods():
                         cfg["method"] = "draft_model"
                         local = _local_config(cfg.get("model"))

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from ._util import when_imported, wrap_method
-from .config import ATTENTION_METHOD, plugin_of
+from .config import ATTENTION_METHODS, plugin_of
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -26,10 +26,15 @@ def _is_plugin_drafter(runner: Any) -> bool:
 
 @contextlib.contextmanager
 def _drafter_factory(gmr: Any, spec: Any):
-    """Make the runner's ``DraftModelProposer(...)`` / ``EagleProposer(...)`` build the plugin proposer."""
+    """Make the runner's ``DraftModelProposer(...)`` / ``EagleProposer(...)`` build the plugin proposer.
+
+    vLLM builds ``EagleProposer`` for both of its EAGLE-family methods (``eagle`` and
+    ``eagle3``); for ``eagle3`` it then sets ``use_aux_hidden_state_outputs`` from the
+    drafter's ``eagle3_use_aux_hidden_state``, which our subclass inherits.
+    """
     from ..runtime.proposer import make_proposer
 
-    name = "EagleProposer" if spec.method == ATTENTION_METHOD else "DraftModelProposer"
+    name = "EagleProposer" if spec.method in ATTENTION_METHODS else "DraftModelProposer"
     original = getattr(gmr, name)
 
     def factory(vllm_config, device, runner=None):
@@ -46,7 +51,7 @@ def _init_wrap(gmr: Any):
     def wrap(original):
         def __init__(self, vllm_config, device, *args, **kwargs):
             spec = vllm_config.speculative_config
-            if not plugin_of(spec) or spec.method not in ("draft_model", ATTENTION_METHOD):
+            if not plugin_of(spec) or spec.method not in ("draft_model", *ATTENTION_METHODS):
                 return original(self, vllm_config, device, *args, **kwargs)
             with _drafter_factory(gmr, spec):
                 original(self, vllm_config, device, *args, **kwargs)

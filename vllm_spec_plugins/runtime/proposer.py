@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -19,7 +20,7 @@ from .._names import ENV_TRACE_DIR
 from ..api import Drafter, Source
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
-from ..patch.config import ARCH_ATTR, PLUGIN_ATTR
+from ..patch.config import ARCH_ATTR, ATTENTION_METHOD, PLUGIN_ATTR
 from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
 from .state import StatePool
 
@@ -376,12 +377,27 @@ class AttentionProposer(PluginProposerMixin, EagleProposer):
     Draft KV cache, attention metadata, positions, slot mappings and CUDA-graph
     dispatch stay vLLM's (:class:`EagleProposer`); the plugin model is wrapped in
     :class:`AttentionDrafterAdapter`.
+
+    A drafter that consumes chosen target layers (``aux_layer_ids``) is served through
+    vLLM's ``eagle3`` method: the runner turns the target's aux hidden-state outputs
+    on and passes their concatenation ``[num_tokens, n_layers * H_target]`` as
+    ``target_hidden_states``. :meth:`propose` reduces it with the model's
+    ``combine_hidden_states`` to ``[num_tokens, H]`` before the loop, as vLLM does for
+    its own EAGLE-3 classes.
     """
 
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
         EagleProposer.__init__(self, vllm_config, device, runner)
         rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs
         self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows, loop_inputs=LOOP_INPUTS)
+        self.combines_target_layers = bool(drafter.aux_layer_ids)
+        if self.combines_target_layers and not callable(getattr(self.model_cls, "combine_hidden_states", None)):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafter "
+                f"{drafter.model_class} declares aux_layer_ids={drafter.aux_layer_ids!r}, so vLLM's loop feeds it "
+                f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
+                f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
+                plugin_name=drafter.name, dist=drafter.display_dist)
         bad = token_rows(self.forward_bindings)
         if bad:
             raise PluginContractError(
@@ -420,9 +436,44 @@ class AttentionProposer(PluginProposerMixin, EagleProposer):
                            "query_start_loc": common_attn_metadata.query_start_loc[:B + 1].cpu().clone(),
                            "token_indices_to_sample": None if token_indices_to_sample is None
                            else token_indices_to_sample[:B].cpu().clone()}
-        drafts = super().propose(num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-                                 next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
-                                 mm_embed_inputs, num_rejected_tokens_gpu, slot_mappings)
+        if self.combines_target_layers:
+            # What vLLM's propose does for method eagle3, but for any model class (see _plain_loop).
+            target_hidden_states = self.model.combine_hidden_states(target_hidden_states)
+            if target_hidden_states.shape[-1] != self.hidden_size:
+                d = self.drafter
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}."
+                    f"combine_hidden_states() returned shape {list(target_hidden_states.shape)}; expected "
+                    f"[num_tokens, {self.hidden_size}] (the draft's hidden size)", plugin_name=d.name,
+                    dist=d.display_dist)
+            if trace_first is not None:
+                trace_first["combined_hidden_states"] = target_hidden_states[:T].cpu().clone()
+        with self._plain_loop():
+            drafts = super().propose(num_speculative_tokens, target_token_ids, target_positions,
+                                     target_hidden_states, next_token_ids, token_indices_to_sample,
+                                     common_attn_metadata, sampling_metadata, mm_embed_inputs,
+                                     num_rejected_tokens_gpu, slot_mappings)
         if self._trace_dir:
             self._trace(B, T, drafts, trace_first)
         return drafts
+
+    @contextlib.contextmanager
+    def _plain_loop(self):
+        """Run vLLM's loop as method ``eagle`` when the target layers were combined here already.
+
+        For method ``eagle3`` vLLM's ``propose`` asserts that the model is one of its own
+        EAGLE-3 classes before calling ``combine_hidden_states``; the plugin model is not.
+        Having combined them in :meth:`propose`, the loop that follows is exactly the
+        ``eagle`` one (``propose`` reads ``self.method`` only for that step), so the
+        attribute is switched for the duration of the call and restored afterwards. The
+        runner and the config keep ``eagle3`` (aux outputs on, draft KV cache).
+        """
+        if not self.combines_target_layers or self.method == ATTENTION_METHOD:
+            yield
+            return
+        method = self.method
+        self.method = ATTENTION_METHOD
+        try:
+            yield
+        finally:
+            self.method = method

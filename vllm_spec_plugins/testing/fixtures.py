@@ -186,3 +186,106 @@ def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_l
     else:
         torch.save(sd, str(path / "pytorch_model.bin"))
     return path
+
+
+def target_frequent_tokens(target: str | os.PathLike, *, num_prompts: int = 64, prompt_len: int = 8,
+                           new_tokens: int = 64, seed: int = 3) -> list[int]:
+    """Token ids of the tiny target, most often produced first: greedy continuations of random prompts.
+
+    Ties (and ids never produced) keep ascending id order.
+    """
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(str(target), torch_dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(3, VOCAB, (num_prompts, prompt_len), generator=g)
+    prompts[:, 0] = 1
+    counts = torch.zeros(VOCAB, dtype=torch.long)
+    with torch.no_grad():
+        out = model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    counts += torch.bincount(out[:, prompt_len:].flatten(), minlength=VOCAB)
+    return sorted(range(VOCAB), key=lambda t: (-int(counts[t]), t))
+
+
+def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draft_vocab: int | None = 200,
+                     aux_layer_ids: list[int] | None = (0, 1, 2), num_layers: int = 1, layout: str = "midlayer",
+                     fc_scale: float = 0.08, noise: float = 0.02, seed: int = 4, own_embed: bool = True,
+                     keep: list[int] | None = None) -> Path:
+    """An EAGLE-3 checkpoint (SafeAILab layout) for the tiny target; keep "eagle3" in the folder name.
+
+    Built to be accepted sometimes: the draft's embeddings are unit rows of the target's
+    lm_head, scaled; q/k/v of layer 0 read only the embedding half of their input, so the
+    attention attends to the current token (and earlier copies of it), and ``o_proj = I``
+    carries its embedding into the residual stream; ``lm_head`` holds the same embedding
+    rows, so the draft leans towards repeating the last token, which the random tiny
+    target often does. ``fc`` over the target layers is random (``fc_scale``): the residual
+    stream mixes the target's layers in, so drafts depend on the aux hidden states.
+
+    Args:
+        draft_vocab: draft vocabulary size (< 259 keeps the target's most frequently produced
+            tokens, :func:`target_frequent_tokens`, and stores ``d2t``/``t2d``); ``None``: the full vocabulary.
+        aux_layer_ids: written as ``eagle_aux_hidden_state_layer_ids`` (``None``: not written; vLLM's default
+            layers then apply, which the 2-layer tiny target does not have).
+        layout: ``"midlayer"`` (SafeAILab: ``midlayer.*``) or ``"layers"`` (``layers.0.*``).
+        keep: the target ids of the draft vocabulary (overrides the frequency choice).
+    """
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    lm = target_lm_head(target)
+    g = torch.Generator().manual_seed(seed)
+    H, inter, heads, head_dim = HIDDEN, 256, 4, 32
+    n_aux = len(aux_layer_ids) if aux_layer_ids else 3
+
+    def rnd(*shape, scale=noise):
+        return torch.randn(*shape, generator=g) * scale
+
+    embed = lm / lm.norm(dim=1, keepdim=True) * 8
+    if keep is None and draft_vocab is not None and draft_vocab < VOCAB:
+        keep = target_frequent_tokens(target)[:draft_vocab]
+    sel = torch.tensor(sorted(keep), dtype=torch.long) if keep is not None else torch.arange(VOCAB)
+    dv = int(sel.numel())
+    eye_embed_half = torch.cat([torch.eye(H), torch.zeros(H, H)], dim=1)  # [H, 2H]: reads the embedding half
+    sd = {"fc.weight": rnd(H, n_aux * H, scale=fc_scale)}
+    for i in range(num_layers):
+        p = "midlayer." if (layout == "midlayer" and num_layers == 1) else f"layers.{i}."
+        width = 2 * H if i == 0 else H
+        if i == 0:
+            sd[p + "self_attn.q_proj.weight"] = eye_embed_half * 1.5 + rnd(heads * head_dim, width)
+            sd[p + "self_attn.k_proj.weight"] = eye_embed_half * 1.5 + rnd(heads * head_dim, width)
+            sd[p + "self_attn.v_proj.weight"] = eye_embed_half + rnd(heads * head_dim, width, scale=0.1)
+            sd[p + "self_attn.o_proj.weight"] = torch.eye(H) + rnd(H, H)
+            sd[p + "hidden_norm.weight"] = torch.ones(H)
+        else:
+            for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                sd[p + f"self_attn.{n}.weight"] = rnd(H, H)
+        sd[p + "input_layernorm.weight"] = torch.ones(H)
+        sd[p + "post_attention_layernorm.weight"] = torch.ones(H)
+        sd[p + "mlp.gate_proj.weight"] = rnd(inter, H)
+        sd[p + "mlp.up_proj.weight"] = rnd(inter, H)
+        sd[p + "mlp.down_proj.weight"] = rnd(H, inter)
+    sd["norm.weight"] = torch.ones(H)
+    sd["lm_head.weight"] = embed[sel].clone()
+    if dv < VOCAB:
+        sd["d2t"] = (sel - torch.arange(dv)).to(torch.int64)  # target id = draft id + d2t[draft id]
+        t2d = torch.zeros(VOCAB, dtype=torch.bool)
+        t2d[sel] = True
+        sd["t2d"] = t2d
+    if own_embed:
+        sd["embed_tokens.weight"] = embed.clone()
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
+           "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": heads,
+           "num_key_value_heads": heads, "head_dim": head_dim, "vocab_size": VOCAB, "draft_vocab_size": dv,
+           "target_hidden_size": H, "max_position_embeddings": 512, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+           "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2}
+    if aux_layer_ids:
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(path / "model.safetensors"))
+    return path
