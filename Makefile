@@ -51,3 +51,20 @@ list: setup
 
 clean:
 	rm -rf .venv .cache .demo build *.egg-info
+
+# Train the Medusa-1 and EAGLE-1 drafts for SmolLM2-135M-Instruct by self-distillation on this CPU
+# (about 50 min on 2 cores; bench/README.md "Training drafts"). Writes bench/drafts/smollm2-{medusa,eagle}/;
+# intermediates go to .cache/bench/. Budgets in minutes; each stage stops early and cleanly when its budget ends.
+DRAFTS_DATA_MIN ?= 10
+DRAFTS_MEDUSA_MIN ?= 12
+DRAFTS_EAGLE_MIN ?= 15
+.PHONY: drafts
+drafts: setup
+	$(PY) -m bench.smollm2
+	$(PY) -m bench.make_data --budget-min $(DRAFTS_DATA_MIN)
+	$(PY) -m bench.make_data --split heldout --budget-min 3
+	$(PY) -m bench.hidden --budget-min 8
+	$(PY) -m bench.hidden --data .cache/bench/heldout/heldout.jsonl --out-dir .cache/bench/heldout --budget-min 2
+	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN)
+	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN)
+	du -sh bench/drafts

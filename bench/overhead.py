@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target = ensure_smollm2()
     version = vllm_minor()
-    n, max_tokens = (2, 48) if args.quick else (8, 128)
+    n, max_tokens = (2, 48) if args.quick else (4, 128)
     prompts, _ = held_out_prompt_ids(target, n)
     med = materialize_builtin_medusa(DRAFTS / "smollm2-medusa", target, CACHE / "medusa-with-lm-head", False)
     k_med = json.loads((med / "config.json").read_text())["num_heads"]

@@ -1,0 +1,66 @@
+"""Shared helpers for the draft-training pipeline: paths, seeding, time budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".cache" / "bench"
+DATA = CACHE / "data"
+DRAFTS = REPO / "bench" / "drafts"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+class Budget:
+    """A wall-clock budget in minutes; ``left()`` seconds, ``over()`` when spent."""
+
+    def __init__(self, minutes: float) -> None:
+        self.minutes = minutes
+        self.start = time.monotonic()
+        self.deadline = self.start + 60.0 * minutes
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def over(self) -> bool:
+        return self.left() <= 0
+
+
+def command_line() -> str:
+    return " ".join([Path(sys.executable).name, "-m", sys.modules["__main__"].__spec__.name
+                     if getattr(sys.modules["__main__"], "__spec__", None) else sys.argv[0], *sys.argv[1:]])
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,124 @@
+"""Shared pieces of the draft trainers: the hidden-state data set, the frozen lm_head, a chunked cross entropy.
+
+The target's lm_head (49152 x 576, tied to the embeddings) dominates training cost on a CPU. ``ChunkedCE``
+never keeps the full ``[batch, vocab]`` logits: per chunk of rows it computes the logits with a bf16 GEMM
+(AVX512-BF16 runs it at about twice the float32 rate here), the softmax in place in bf16 with float32 sums, and
+directly the gradient
+with respect to the input hidden state (``(softmax - onehot) @ W``, one more GEMM). The lm_head is frozen, so
+no weight gradient is needed. Evaluation uses float32 GEMMs, as vLLM serves the float32 target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.common import DATA
+
+IGNORE = -100
+
+
+def load_target_weights(model_dir: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Named float32 tensors of the converted target, without building the model."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+        for n in names:
+            out[n] = f.get_tensor(n).to(torch.float32)
+    return out
+
+
+def load_lm_head(model_dir: Path) -> torch.Tensor:
+    """The target's lm_head ``[vocab, hidden]``: SmolLM2 ties it to ``model.embed_tokens.weight``."""
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+        key = "lm_head.weight" if "lm_head.weight" in f.keys() else "model.embed_tokens.weight"
+        return f.get_tensor(key).to(torch.float32)
+
+
+@dataclass
+class HiddenData:
+    hidden: np.ndarray          # [N, H] float16 memmap, sequences back to back
+    tokens: torch.Tensor        # [N] int64
+    offsets: torch.Tensor       # [S+1]
+    prompt_lens: torch.Tensor   # [S]
+    train_seqs: list[int]
+    val_seqs: list[int]
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.prompt_lens)
+
+    def seq(self, s: int) -> tuple[int, int, int]:
+        """``(start row, length, prompt length)`` of sequence ``s``."""
+        a, b = int(self.offsets[s]), int(self.offsets[s + 1])
+        return a, b - a, int(self.prompt_lens[s])
+
+
+def load_hidden_data(data_dir: Path = DATA, val_fraction: float = 0.05, seed: int = 0) -> HiddenData:
+    """The hidden-state data set with a seeded split of whole sequences (``val_fraction`` held out)."""
+    index = torch.load(data_dir / "hidden_index.pt")
+    hidden = np.load(data_dir / "hidden_f16.npy", mmap_mode="r")
+    n = len(index["prompt_lens"])
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = max(1, round(n * val_fraction))
+    return HiddenData(hidden=hidden, tokens=index["tokens"].to(torch.int64), offsets=index["offsets"],
+                      prompt_lens=index["prompt_lens"], train_seqs=sorted(perm[n_val:]),
+                      val_seqs=sorted(perm[:n_val]))
+
+
+@torch.no_grad()
+def chunked_ce_grad(z: torch.Tensor, w_bf16: torch.Tensor, labels: torch.Tensor, chunk: int = 1024
+                    ) -> tuple[torch.Tensor, float, int, int]:
+    """Sum of cross entropies of ``z @ w.T`` against ``labels`` and its gradient w.r.t. ``z``.
+
+    Args:
+        z: ``[B, H]`` float32 (no grad needed).
+        w_bf16: ``[V, H]`` bfloat16, frozen.
+        labels: ``[B]`` int64, ``IGNORE`` rows contribute nothing.
+    Returns:
+        ``(grad [B, H] float32 of the SUM loss, loss sum, correct top-1, valid rows)``.
+    """
+    grad = torch.zeros_like(z)
+    loss_sum, correct, valid = 0.0, 0, 0
+    for a in range(0, z.shape[0], chunk):
+        y = labels[a: a + chunk]
+        keep = y != IGNORE
+        if not bool(keep.any()):
+            continue
+        zc = z[a: a + chunk][keep]
+        yc = y[keep]
+        logits = zc.to(torch.bfloat16) @ w_bf16.T                   # [b, V] bf16
+        picked = logits.gather(1, yc[:, None]).squeeze(1).float()
+        m, pred = logits.max(-1)
+        logits.sub_(m[:, None]).exp_()                               # in place: exp(l - max)
+        denom = logits.sum(-1, dtype=torch.float32)
+        loss_sum += float((m.float() + denom.log() - picked).sum())
+        correct += int((pred == yc).sum())
+        valid += int(yc.numel())
+        logits.mul_((1.0 / denom)[:, None].to(torch.bfloat16))       # softmax
+        logits[torch.arange(len(yc)), yc] -= 1.0
+        g = (logits @ w_bf16).float()                                # [b, H]
+        rows = torch.nonzero(keep).squeeze(1) + a
+        grad[rows] = g
+    return grad, loss_sum, correct, valid
+
+
+@torch.no_grad()
+def top1(z: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, chunk: int = 2048) -> tuple[int, int]:
+    """``(correct, valid)`` of ``argmax(z @ w.T)`` against ``labels`` (float32 GEMM, as served)."""
+    correct = valid = 0
+    for a in range(0, z.shape[0], chunk):
+        y = labels[a: a + chunk]
+        keep = y != IGNORE
+        if not bool(keep.any()):
+            continue
+        pred = (z[a: a + chunk][keep] @ w.T).argmax(-1)
+        correct += int((pred == y[keep]).sum())
+        valid += int(keep.sum())
+    return correct, valid

@@ -1,0 +1,142 @@
+"""Stage 2 of draft training: the target's final normed hidden states for every position of the train data.
+
+``LlamaForCausalLM.model(input_ids).last_hidden_state`` (after the final RMSNorm, float32 compute) is what
+vLLM hands drafters: design/benchmarking.md found it reproduces vLLM's greedy tokens at 100 % of positions.
+Sequences are prompt + answer from ``train.jsonl``; they are processed in groups (original order), sorted by
+length inside a group and right-padded (causal attention: padding at the end never reaches a real token, so
+no mask is needed). When the budget runs out, the groups done so far are kept.
+
+Output in ``.cache/bench/data/``:
+
+* ``hidden_f16.npy``: float16 ``[num_positions, hidden_size]``, sequences back to back;
+* ``hidden_index.pt``: ``{"ids", "offsets" [S+1], "prompt_lens" [S], "tokens" int32 [num_positions], ...}``
+  where sequence ``s`` occupies rows ``offsets[s]:offsets[s+1]``, its first ``prompt_lens[s]`` tokens the
+  chat-templated prompt.
+
+It also checks the greedy reproduction: ``argmax(lm_head(h_t)) == token_{t+1}`` on answer positions.
+
+    python -m bench.hidden [--budget-min 7] [--batch-tokens 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import DATA, Budget, command_line, read_jsonl, seed_everything, write_json
+
+
+def load_hidden(data_dir: Path = DATA) -> tuple[np.ndarray, dict]:
+    """``(hidden [N, H] float16 memmap, index)`` as written by this stage."""
+    import torch
+
+    index = torch.load(data_dir / "hidden_index.pt")
+    hidden = np.load(data_dir / "hidden_f16.npy", mmap_mode="r")
+    return hidden, index
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-min", type=float, default=7.0)
+    ap.add_argument("--data", type=Path, default=DATA / "train.jsonl")
+    ap.add_argument("--out-dir", type=Path, default=DATA)
+    ap.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per forward pass")
+    ap.add_argument("--group", type=int, default=64, help="sequences per length-sorted group")
+    ap.add_argument("--check-seqs", type=int, default=64, help="sequences used for the greedy-reproduction check")
+    args = ap.parse_args()
+    budget = Budget(args.budget_min)
+    seed_everything(0)
+
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM
+
+    from bench.smollm2 import ensure_smollm2
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = AutoModelForCausalLM.from_pretrained(ensure_smollm2(), dtype=torch.float32).eval()
+    hsize = model.config.hidden_size
+    recs = read_jsonl(args.data)
+    seqs = [r["prompt_ids"] + r["answer_ids"] for r in recs]
+    total = sum(len(s) for s in seqs)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out_path = args.out_dir / "hidden_f16.npy"
+    tmp_path = args.out_dir / "hidden_f16.tmp.npy"
+    hidden = np.lib.format.open_memmap(tmp_path, mode="w+", dtype=np.float16, shape=(total, hsize))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=offsets[1:])
+
+    done_seqs = 0
+    match = n_check = 0
+    bar = tqdm(total=total, desc="hidden", unit="tok")
+    t0 = time.monotonic()
+    stopped = False
+    with torch.inference_mode():
+        for g0 in range(0, len(seqs), args.group):
+            if budget.over():
+                stopped = True
+                break
+            group = sorted(range(g0, min(g0 + args.group, len(seqs))), key=lambda i: -len(seqs[i]))
+            batches, cur = [], []
+            for i in group:  # longest first: a batch's padded size is len(first) * count
+                if cur and len(seqs[cur[0]]) * (len(cur) + 1) > args.batch_tokens:
+                    batches.append(cur)
+                    cur = []
+                cur.append(i)
+            batches.append(cur)
+            for b in batches:
+                L = len(seqs[b[0]])
+                ids = torch.full((len(b), L), 2, dtype=torch.long)  # right padding: never attended by real tokens
+                for row, i in enumerate(b):
+                    ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
+                h = model.model(input_ids=ids).last_hidden_state  # [B, L, H] float32, after the final norm
+                for row, i in enumerate(b):
+                    n = len(seqs[i])
+                    hidden[offsets[i]: offsets[i] + n] = h[row, :n].numpy().astype(np.float16)
+                    if i < args.check_seqs:  # greedy reproduction on answer positions (float32 hidden)
+                        p = len(recs[i]["prompt_ids"])
+                        pred = model.lm_head(h[row, p - 1: n - 1]).argmax(-1)
+                        match += int((pred == ids[row, p:n]).sum())
+                        n_check += n - p
+                    bar.update(n)
+            done_seqs = g0 + len(group)
+            bar.set_postfix(seqs=done_seqs, left=f"{budget.left():.0f}s")
+    bar.close()
+    hidden.flush()
+    n_pos = int(offsets[done_seqs])
+    del hidden
+    if n_pos < total:  # keep the finished prefix only
+        full = np.load(tmp_path, mmap_mode="r")
+        part = np.lib.format.open_memmap(out_path, mode="w+", dtype=np.float16, shape=(n_pos, hsize))
+        part[:] = full[:n_pos]
+        part.flush()
+        del full, part
+        tmp_path.unlink()
+    else:
+        tmp_path.replace(out_path)
+    tokens = np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs[:done_seqs]]) if done_seqs else \
+        np.zeros(0, dtype=np.int32)
+    index = {
+        "ids": torch.tensor([r["id"] for r in recs[:done_seqs]]),
+        "offsets": torch.from_numpy(offsets[: done_seqs + 1].copy()),
+        "prompt_lens": torch.tensor([len(r["prompt_ids"]) for r in recs[:done_seqs]]),
+        "finished": torch.tensor([bool(r["finished"]) for r in recs[:done_seqs]]),
+        "tokens": torch.from_numpy(tokens),
+        "hidden_size": hsize,
+    }
+    torch.save(index, args.out_dir / "hidden_index.pt")
+    wall = time.monotonic() - t0
+    meta = {"command": command_line(), "sequences": done_seqs, "sequences_available": len(seqs),
+            "positions": n_pos, "stopped_by_budget": stopped, "tok_per_s": round(n_pos / max(wall, 1e-6), 1),
+            "greedy_reproduction": round(match / max(n_check, 1), 5), "greedy_checked_positions": n_check,
+            "file_mb": round(n_pos * hsize * 2 / 2**20, 1), "wall_s": round(budget.elapsed(), 1)}
+    write_json(args.out_dir / "hidden_meta.json", meta)
+    print(json.dumps(meta, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""Stage 3b: train an EAGLE-1 draft for the target by self-distillation (the SafeAILab recipe).
+
+Draft: ``fc: Linear(2H -> H, bias)`` on ``cat(embed(token_{t+1}), hidden_t)``, then one Llama decoder layer with
+the target's dimensions WITHOUT input_layernorm and WITHOUT a final norm; its output goes straight to the
+target's frozen, shared lm_head (embeddings shared too; neither is saved). This is exactly what vLLM runs:
+``hidden_t`` is the target's FINAL NORMED hidden state, the draft's ``h + residual`` feeds the lm_head, and
+the next draft step feeds the draft's own output back as the hidden state (position ``t + 1``).
+
+Training on whole sequences with causal attention (transformers' ``LlamaDecoderLayer`` and
+``LlamaRotaryEmbedding``, so RoPE matches vLLM's Llama layer), draft position ``p`` reads ``hidden_p`` and the
+token ``p + 1`` at RoPE position ``p``. Loss on positions whose targets lie in the answer:
+``smooth_l1(pred_p, hidden_{p+1}) + w_cls * CE(lm_head(pred_p), token_{p+2})``, with uniform noise added to the
+input hidden states (EAGLE's robustness trick for feeding its own outputs back).
+
+Reported offline (held-out 5 % of the train sequences, float32 lm_head as served):
+
+* ``step1_top1``: ``argmax lm_head(pred_p) == token_{p+2}``, the first draft token;
+* ``step2_top1`` / ``step3_top1``: the next draft steps as vLLM runs them (inputs: the previous step's output
+  and the true next token, attention over the first-pass keys plus the earlier steps' own keys), i.e. the
+  acceptance of draft position k given that positions < k were accepted.
+
+Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``bench/drafts/smollm2-eagle/``: ``config.json``
+(the target's Llama config with one layer, float16) and ``model.safetensors`` (float16 ``fc.*``,
+``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.mlp.{gate,up,down}_proj.weight``,
+``layers.0.post_attention_layernorm.weight``), and ``train_report.json``.
+
+    python -m bench.train_eagle [--budget-min 15] [--heldout-dir .cache/bench/heldout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
+from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head
+
+
+def draft_config(target_cfg: dict):
+    from transformers import LlamaConfig
+
+    cfg = dict(target_cfg)
+    for k in ("quantization_config", "_name_or_path", "_model_name_or_path", "transformers_version",
+              "id2label", "label2id"):
+        cfg.pop(k, None)
+    cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", torch_dtype="float16",
+               use_cache=True)
+    return cfg
+
+
+class EagleDraft(nn.Module):
+    def __init__(self, cfg_dict: dict) -> None:
+        super().__init__()
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        cfg = LlamaConfig(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")})
+        cfg._attn_implementation = "sdpa"
+        self.cfg = cfg
+        h = cfg.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        self.layer = LlamaDecoderLayer(cfg, layer_idx=0)
+        self.layer.input_layernorm = nn.Identity()  # EAGLE-1: no input norm on the first draft layer
+        self.rotary = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, emb: torch.Tensor, hid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """``[B, L, H]`` embeddings of token p+1 and hidden states at p -> predicted hidden at p+1 (causal)."""
+        x = self.fc(torch.cat((emb, hid), dim=-1))
+        pe = self.rotary(x, pos)
+        return self.layer(x, attention_mask=None, position_ids=pos, position_embeddings=pe)
+
+    # -- later draft steps, as vLLM runs them (evaluation only) ----------------------------------------------
+    def _qkv(self, x: torch.Tensor, pe):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        att = self.layer.self_attn
+        b, L, _ = x.shape
+        hd = att.head_dim
+        q = att.q_proj(x).view(b, L, -1, hd).transpose(1, 2)
+        k = att.k_proj(x).view(b, L, -1, hd).transpose(1, 2)
+        v = att.v_proj(x).view(b, L, -1, hd).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *pe)
+        rep = q.shape[1] // k.shape[1]
+        return q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+
+    @torch.no_grad()
+    def multi_step(self, emb_next: list[torch.Tensor], hid: torch.Tensor, pos: torch.Tensor, steps: int
+                   ) -> list[torch.Tensor]:
+        """Outputs of draft steps 1..steps for every start position.
+
+        ``emb_next[s]`` is ``embed(token_{p+1+s})`` at index p (the token fed at step s+1, teacher-forced: the
+        earlier drafts were accepted). Step ``k`` (1-based) at index ``p`` is the draft position ``p + k - 1``;
+        it attends the first-pass keys of positions ``<= p`` and its own chain's keys of steps 2..k.
+        """
+        att = self.layer.self_attn
+        pe = self.rotary(hid, pos)
+        x1 = self.fc(torch.cat((emb_next[0], hid), dim=-1))
+        q1, k1, v1 = self._qkv(x1, pe)
+        L = hid.shape[1]
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        outs = [self._finish(x1, F.scaled_dot_product_attention(q1, k1, v1, attn_mask=causal, scale=att.scaling))]
+        chain_k, chain_v = [], []
+        prev = outs[0]
+        for s in range(1, steps):
+            # step s+1 at index p sits at position p + s: shift the chain's RoPE positions by s
+            pe_s = self.rotary(hid, pos + s)
+            xs = self.fc(torch.cat((emb_next[s], prev), dim=-1))
+            qs, ks, vs = self._qkv(xs, pe_s)
+            chain_k.append(ks)
+            chain_v.append(vs)
+            scale = att.scaling
+            sc_first = (qs @ k1.transpose(-1, -2)) * scale                    # [B, h, L, L] first-pass keys <= p
+            sc_first = sc_first.masked_fill(~causal, float("-inf"))
+            sc_chain = torch.stack([(qs * kc).sum(-1) * scale for kc in chain_k], dim=-1)  # [B, h, L, s]
+            p_all = torch.softmax(torch.cat((sc_first, sc_chain), dim=-1), dim=-1)
+            o = p_all[..., :L] @ v1 + sum(p_all[..., L + i: L + i + 1] * vc for i, vc in enumerate(chain_v))
+            prev = self._finish(xs, o)
+            outs.append(prev)
+        return outs
+
+    def _finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        att = self.layer.self_attn
+        b, h, L, hd = attn.shape
+        h1 = x + att.o_proj(attn.transpose(1, 2).reshape(b, L, h * hd))
+        return h1 + self.layer.mlp(self.layer.post_attention_layernorm(h1))
+
+
+def make_batches(data: HiddenData, seqs: list[int], batch_tokens: int, gen: torch.Generator | None
+                 ) -> list[list[int]]:
+    """Groups of sequences of about ``batch_tokens`` padded tokens (similar lengths together)."""
+    order = list(seqs)
+    if gen is not None:
+        order = [order[i] for i in torch.randperm(len(order), generator=gen).tolist()]
+    batches = []
+    for g0 in range(0, len(order), 256):  # sort by length within shuffled groups
+        grp = sorted(order[g0: g0 + 256], key=lambda s: -data.seq(s)[1])
+        cur: list[int] = []
+        for s in grp:
+            if cur and data.seq(cur[0])[1] * (len(cur) + 1) > batch_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(s)
+        if cur:
+            batches.append(cur)
+    if gen is not None:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+    return batches
+
+
+def load_batch(data: HiddenData, seqs: list[int], embed: torch.Tensor, extra_steps: int = 0):
+    """Tensors for sequences ``seqs`` (right-padded to the longest minus one draft position).
+
+    Returns ``emb_next`` (list over steps of ``[B, L, H]``: embedding of token p+1+s), ``hid`` ``[B, L, H]``
+    (hidden at p), ``target_hid`` ``[B, L, H]`` (hidden at p+1), ``labels`` ``[B, L, 1 + extra_steps]``
+    (token p+2+s; IGNORE outside the answer or past the end), ``pos`` ``[B, L]``, ``mask`` ``[B, L]`` (loss
+    positions: target hidden p+1 exists and token p+2 is an answer token).
+    """
+    lens = [data.seq(s)[1] for s in seqs]
+    L = max(lens) - 1
+    B = len(seqs)
+    H = embed.shape[1]
+    hid = torch.zeros(B, L + 1, H)
+    tok = torch.zeros(B, L + 2 + extra_steps, dtype=torch.int64)
+    valid_tok = torch.zeros(B, L + 2 + extra_steps, dtype=torch.bool)
+    prompt = torch.zeros(B, dtype=torch.int64)
+    for i, s in enumerate(seqs):
+        a, n, p = data.seq(s)
+        hid[i, :n] = torch.from_numpy(np.asarray(data.hidden[a: a + n], dtype=np.float32))
+        tok[i, :n] = data.tokens[a: a + n]
+        valid_tok[i, :n] = True
+        prompt[i] = p
+    idx = torch.arange(L)
+    emb_next = [embed[tok[:, 1 + s: 1 + s + L]] for s in range(1 + extra_steps)]
+    labels = []
+    for s in range(1 + extra_steps):
+        lab = tok[:, 2 + s: 2 + s + L].clone()
+        ok = valid_tok[:, 2 + s: 2 + s + L] & (idx[None, :] + 2 + s >= prompt[:, None])
+        lab[~ok] = IGNORE
+        labels.append(lab)
+    mask = valid_tok[:, 1: 1 + L] & (idx[None, :] + 2 >= prompt[:, None])  # hidden p+1 exists, p+2 in answer
+    pos = idx[None, :].expand(B, L)
+    return emb_next, hid[:, :L], hid[:, 1: L + 1], torch.stack(labels, -1), pos, mask
+
+
+@torch.no_grad()
+def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.Tensor, w: torch.Tensor,
+             steps: int = 3, batch_tokens: int = 4096) -> dict:
+    correct = [0] * steps
+    valid = [0] * steps
+    vloss_sum, n_mask = 0.0, 0
+    for b in make_batches(data, seqs, batch_tokens, None):
+        emb_next, hid, tgt, labels, pos, mask = load_batch(data, b, embed, extra_steps=steps - 1)
+        outs = model.multi_step(emb_next, hid, pos, steps)
+        vloss_sum += float(F.smooth_l1_loss(outs[0][mask], tgt[mask], reduction="none").mean(-1).sum())
+        n_mask += int(mask.sum())
+        for s, o in enumerate(outs):
+            lab = labels[..., s]
+            keep = lab != IGNORE
+            pred = (o[keep] @ w.T).argmax(-1)
+            correct[s] += int((pred == lab[keep]).sum())
+            valid[s] += int(keep.sum())
+    res = {f"step{s + 1}_top1": round(c / max(v, 1), 4) for s, (c, v) in enumerate(zip(correct, valid))}
+    res["vloss"] = round(vloss_sum / max(n_mask, 1), 4)
+    # expected accepted draft tokens per step with `steps` drafts (chain of conditional acceptances)
+    acc, run = 0.0, 1.0
+    for s in range(steps):
+        run *= res[f"step{s + 1}_top1"]
+        acc += run
+    res[f"expected_accepted_of_{steps}"] = round(acc, 3)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-min", type=float, default=15.0)
+    ap.add_argument("--batch-tokens", type=int, default=4096, help="padded positions per optimizer step")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--warmup", type=int, default=40)
+    ap.add_argument("--clip", type=float, default=0.5)
+    ap.add_argument("--w-cls", type=float, default=0.1, help="weight of the token cross entropy")
+    ap.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform input-hidden noise")
+    ap.add_argument("--max-epochs", type=int, default=40)
+    ap.add_argument("--eval-steps", type=int, default=3)
+    ap.add_argument("--val-fraction", type=float, default=0.05)
+    ap.add_argument("--data-dir", type=Path, default=DATA)
+    ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout")
+    ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    budget = Budget(args.budget_min)
+    seed_everything(args.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    from tqdm import tqdm
+
+    from bench.smollm2 import ensure_smollm2
+
+    model_dir = ensure_smollm2()
+    target_cfg = json.loads((model_dir / "config.json").read_text())
+    cfg = draft_config(target_cfg)
+    w = load_lm_head(model_dir)                 # tied: also the embedding table
+    embed = w
+    w16 = w.to(torch.bfloat16)
+    data = load_hidden_data(args.data_dir, args.val_fraction, args.seed)
+    n_train_pos = sum(max(data.seq(s)[1] - max(data.seq(s)[2] - 2, 0) - 2, 0) for s in data.train_seqs)
+    print(f"train: {len(data.train_seqs)} seqs (~{n_train_pos} loss positions) | val: {len(data.val_seqs)} seqs")
+    heldout = load_hidden_data(args.heldout_dir, val_fraction=0.0) \
+        if (args.heldout_dir / "hidden_index.pt").is_file() else None
+
+    model = EagleDraft(cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    gen = torch.Generator().manual_seed(args.seed)
+    noise_gen = torch.Generator().manual_seed(args.seed + 1)
+    history = []
+    t0 = time.monotonic()
+    history.append({"epoch": 0, **evaluate(model, data, data.val_seqs, embed, w, args.eval_steps)})
+    eval_s = time.monotonic() - t0
+    print("epoch 0 (random init):", history[-1])
+    steps_per_epoch = len(make_batches(data, data.train_seqs, args.batch_tokens, None))
+    total_steps = None
+    step = 0
+    stopped = False
+    t_train = time.monotonic()
+    bar = tqdm(total=steps_per_epoch * args.max_epochs, desc="eagle", unit="step")
+    for epoch in range(1, args.max_epochs + 1):
+        batches = make_batches(data, data.train_seqs, args.batch_tokens, gen)
+        sums = {"vloss": 0.0, "ploss": 0.0, "correct": 0, "n": 0}
+        for bi, b in enumerate(batches):
+            if budget.left() < eval_s * 1.5 + 10:
+                stopped = True
+                break
+            emb_next, hid, tgt, labels, pos, mask = load_batch(data, b, embed)
+            if args.noise > 0:
+                hid = hid + (torch.rand(hid.shape, generator=noise_gen) - 0.5) * (2 * args.noise)
+            pred = model(emb_next[0], hid, pos)
+            nm = max(int(mask.sum()), 1)
+            vloss = F.smooth_l1_loss(pred[mask], tgt[mask], reduction="none").mean(-1).sum() / nm
+            flat = pred[mask]
+            lab = labels[..., 0][mask]
+            g, ls, c, v = chunked_ce_grad(flat.detach(), w16, lab)
+            torch.autograd.backward([vloss, flat], [None, g * (args.w_cls / max(v, 1))])
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+            if step == 3 and total_steps is None:
+                step_s = (time.monotonic() - t_train) / 4
+                epoch_s = steps_per_epoch * step_s + eval_s
+                total_steps = max(int((budget.left() - eval_s) / epoch_s * steps_per_epoch), 8)
+                total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
+                bar.total = total_steps
+            lr_scale = min(1.0, (step + 1) / args.warmup) * (
+                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / (total_steps or 10**9), 1.0))))
+            for gp in opt.param_groups:
+                gp["lr"] = args.lr * lr_scale
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            bar.update(1)
+            sums["vloss"] += float(vloss) * nm
+            sums["ploss"] += ls
+            sums["correct"] += c
+            sums["n"] += v
+            if step % 10 == 0:
+                bar.set_postfix(ep=epoch, vloss=f"{sums['vloss'] / max(sums['n'], 1):.3f}",
+                                ploss=f"{sums['ploss'] / max(sums['n'], 1):.3f}",
+                                acc=f"{sums['correct'] / max(sums['n'], 1):.3f}", left=f"{budget.left():.0f}s")
+            if total_steps is not None and step >= total_steps:
+                stopped = True
+                break
+        rec = {"epoch": epoch, "steps": step, "partial": stopped and bi < len(batches) - 1,
+               "train_vloss": round(sums["vloss"] / max(sums["n"], 1), 4),
+               "train_ploss": round(sums["ploss"] / max(sums["n"], 1), 4),
+               "train_step1_top1": round(sums["correct"] / max(sums["n"], 1), 4),
+               **evaluate(model, data, data.val_seqs, embed, w, args.eval_steps)}
+        history.append(rec)
+        tqdm.write(f"epoch {epoch}: " + json.dumps({k: v for k, v in rec.items() if k not in ("epoch",)}))
+        if stopped:
+            break
+    bar.close()
+    train_s = time.monotonic() - t_train
+
+    # ---- save (EAGLE authors' layout; embed_tokens and lm_head shared with the target) ----
+    from safetensors.torch import save_file
+
+    sd = {"fc.weight": model.fc.weight, "fc.bias": model.fc.bias}
+    lay = model.layer
+    for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        sd[f"layers.0.self_attn.{n}.weight"] = getattr(lay.self_attn, n).weight
+    for n in ("gate_proj", "up_proj", "down_proj"):
+        sd[f"layers.0.mlp.{n}.weight"] = getattr(lay.mlp, n).weight
+    sd["layers.0.post_attention_layernorm.weight"] = lay.post_attention_layernorm.weight
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in sd.items()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, args.out / "model.safetensors", metadata={"format": "pt"})
+    write_json(args.out / "config.json", cfg)
+    # the saved float16 weights, evaluated as vLLM loads them (into a float32 model)
+    saved = EagleDraft(cfg)
+    with torch.no_grad():
+        own = dict(saved.named_parameters())
+        names = {"fc.weight": "fc.weight", "fc.bias": "fc.bias"}
+        for k in tensors:
+            if k.startswith("layers.0."):
+                names[k] = "layer." + k[len("layers.0."):]
+        for k, n in names.items():
+            own[n].copy_(tensors[k].float())
+    final_val = evaluate(saved, data, data.val_seqs, embed, w, args.eval_steps)
+    heldout_res = evaluate(saved, heldout, list(range(heldout.num_seqs)), embed, w, args.eval_steps) \
+        if heldout else None
+    if heldout_res:
+        print("held-out prompts:", heldout_res)
+    n_tok = int(data.offsets[-1])
+    report = {
+        "command": command_line(),
+        "target": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)",
+        "data": {"sequences": data.num_seqs, "train_sequences": len(data.train_seqs),
+                 "val_sequences": len(data.val_seqs), "tokens": n_tok,
+                 "answer_tokens": int(n_tok - data.prompt_lens.sum()), "train_loss_positions": n_train_pos},
+        "label": "draft position p reads (embed(token p+1), hidden p) at RoPE position p; "
+                 "targets hidden p+1 (smooth L1) and token p+2 (CE)",
+        "hyperparameters": {"batch_tokens": args.batch_tokens, "lr": args.lr, "betas": [0.9, 0.95],
+                            "weight_decay": args.weight_decay, "warmup": args.warmup, "clip": args.clip,
+                            "w_cls": args.w_cls, "noise_uniform_half_width": args.noise,
+                            "schedule": "linear warm-up, cosine to 10 %", "scheduled_steps": total_steps,
+                            "lm_head_training_precision": "bf16 GEMM", "seed": args.seed},
+        "epochs": history, "steps": step, "epochs_run": round(step / steps_per_epoch, 2),
+        "stopped_by_budget": stopped, "val_saved_fp16": final_val, "heldout_prompts": heldout_res,
+        "heldout_prompts_sequences": heldout.num_seqs if heldout else None,
+        "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
+        "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
+    }
+    write_json(args.out / "train_report.json", report)
+    print(json.dumps({"val_saved_fp16": final_val, "heldout_prompts": heldout_res,
+                      "epochs_run": report["epochs_run"], "wall_s": report["wall_s"]}))
+
+
+if __name__ == "__main__":
+    main()

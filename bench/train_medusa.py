@@ -1,0 +1,256 @@
+"""Stage 3a: train Medusa-1 heads for the target by self-distillation on its own hidden states.
+
+Each head ``h`` (0-based) is one residual block ``z = x + SiLU(W_h x + b_h)`` (zero-initialised, so it starts
+as the identity) followed by the target's frozen lm_head, shared and not saved. Head ``h`` reads the final
+normed hidden state at position ``t`` and is trained on the token at ``t + h + 2``: in vLLM the heads get the
+hidden state of the last accepted token ``t``, whose next token ``t + 1`` the target has already sampled.
+Positions: from the last prompt token on (``t >= prompt_len - 1``), as drafting never starts inside a prompt.
+
+Before training, an alignment check runs the identity head on the stored float16 hidden states: against
+``t + 1`` it must reproduce the greedy tokens (~100 %), against ``t + 2`` (head 0's label) it must not.
+
+Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``bench/drafts/smollm2-medusa/``:
+``config.json``, ``medusa_lm_head.safetensors`` (float16 ``blocks.{h}.layers.0.{weight,bias}``, no lm_head:
+``original_lm_head`` shares the target's) and ``train_report.json``.
+
+    python -m bench.train_medusa [--budget-min 12] [--heads 4] [--heldout-dir .cache/bench/heldout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
+from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, top1
+
+
+def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, first: int = 2
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden-state rows ``t`` and labels ``[P, num_heads]``: head ``h`` gets the token at ``t + h + first``.
+
+    ``first = 2`` is Medusa's training target; ``first = 1`` (the token the target itself predicts from ``t``)
+    is only used by the alignment check. Rows run from the last prompt token to the last one with a label for
+    head 0; labels past the end of a sequence are ``IGNORE``.
+    """
+    rows, labels = [], []
+    for s in seqs:
+        a, n, p = data.seq(s)
+        t = torch.arange(max(p - 1, 0), n - first)
+        if len(t) == 0:
+            continue
+        lab = torch.full((len(t), num_heads), IGNORE, dtype=torch.int64)
+        toks = data.tokens[a: a + n]
+        for h in range(num_heads):
+            idx = t + h + first
+            ok = idx < n
+            lab[ok, h] = toks[idx[ok]]
+        rows.append(t + a)
+        labels.append(lab)
+    return torch.cat(rows), torch.cat(labels)
+
+
+def gather_hidden(data: HiddenData, rows: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(data.hidden[rows.numpy()]))  # float16
+
+
+class MedusaHeads(nn.Module):
+    def __init__(self, hidden: int, num_heads: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(hidden, hidden, bias=True) for _ in range(num_heads)])
+        for blk in self.blocks:
+            nn.init.zeros_(blk.weight)
+            nn.init.zeros_(blk.bias)
+
+    def head(self, h: int, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.silu(self.blocks[h](x))
+
+
+@torch.no_grad()
+def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
+             batch: int = 4096) -> list[float]:
+    """Per-head top-1 (float32 lm_head, as served)."""
+    k = labels.shape[1]
+    correct, valid = [0] * k, [0] * k
+    for a in range(0, x16.shape[0], batch):
+        x = x16[a: a + batch].float()
+        for h in range(k):
+            c, v = top1(heads.head(h, x), w, labels[a: a + batch, h])
+            correct[h] += c
+            valid[h] += v
+    return [round(c / max(v, 1), 4) for c, v in zip(correct, valid)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-min", type=float, default=12.0)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=1024, help="positions per optimizer step")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--max-epochs", type=int, default=20)
+    ap.add_argument("--val-fraction", type=float, default=0.05)
+    ap.add_argument("--data-dir", type=Path, default=DATA)
+    ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout",
+                    help="hidden states of the held-out prompts (evaluated if present)")
+    ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-medusa")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    budget = Budget(args.budget_min)
+    seed_everything(args.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    from tqdm import tqdm
+
+    from bench.smollm2 import ensure_smollm2
+
+    model_dir = ensure_smollm2()
+    cfg = json.loads((model_dir / "config.json").read_text())
+    w = load_lm_head(model_dir)                      # [V, H] float32, frozen
+    w16 = w.to(torch.bfloat16)
+    data = load_hidden_data(args.data_dir, args.val_fraction, args.seed)
+    k = args.heads
+    tr_rows, tr_lab = positions_and_labels(data, data.train_seqs, k)
+    va_rows, va_lab = positions_and_labels(data, data.val_seqs, k)
+    tr_x, va_x = gather_hidden(data, tr_rows), gather_hidden(data, va_rows)
+    print(f"train: {len(data.train_seqs)} seqs, {len(tr_rows)} positions | val: {len(data.val_seqs)} seqs, "
+          f"{len(va_rows)} positions")
+
+    heads = MedusaHeads(cfg["hidden_size"], k)
+    # Alignment check: the identity head must reproduce the target's own next token t+1, not t+2.
+    next_rows, va_lab_next = positions_and_labels(data, data.val_seqs, 1, first=1)
+    c1, v1 = top1(gather_hidden(data, next_rows).float(), w, va_lab_next[:, 0])
+    c2, v2 = top1(va_x.float(), w, va_lab[:, 0])
+    alignment = {"identity_head_vs_token_t+1": round(c1 / v1, 4), "identity_head_vs_token_t+2": round(c2 / v2, 4)}
+    print("alignment check (zero-initialised head 0):", alignment)
+    if alignment["identity_head_vs_token_t+1"] < 0.98:
+        raise SystemExit("alignment check failed: hidden states do not reproduce the greedy tokens")
+    heldout = None
+    if (args.heldout_dir / "hidden_index.pt").is_file():
+        hd = load_hidden_data(args.heldout_dir, val_fraction=0.0)
+        seqs = list(range(hd.num_seqs))
+        h_rows, h_lab = positions_and_labels(hd, seqs, k)
+        heldout = (gather_hidden(hd, h_rows), h_lab, hd.num_seqs)
+
+    opt = torch.optim.AdamW(heads.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    steps_per_epoch = math.ceil(len(tr_rows) / args.batch)
+    gen = torch.Generator().manual_seed(args.seed)
+    total_steps = None
+    history = []
+    t_eval = time.monotonic()
+    history.append({"epoch": 0, "val_top1": evaluate(heads, va_x, va_lab, w)})
+    eval_s = time.monotonic() - t_eval
+    print("epoch 0 (identity heads) val top-1:", history[-1]["val_top1"])
+    step = 0
+    t_train = time.monotonic()
+    stopped = False
+    bar = tqdm(total=steps_per_epoch * args.max_epochs, desc="medusa", unit="step")
+    for epoch in range(1, args.max_epochs + 1):
+        perm = torch.randperm(len(tr_rows), generator=gen)
+        loss_sum = [0.0] * k
+        corr, val = [0] * k, [0] * k
+        for bi in range(steps_per_epoch):
+            if budget.left() < eval_s + 5:
+                stopped = True
+                break
+            idx = perm[bi * args.batch: (bi + 1) * args.batch]
+            x = tr_x[idx].float()
+            for h in range(k):
+                z = heads.head(h, x)
+                g, ls, c, v = chunked_ce_grad(z.detach(), w16, tr_lab[idx, h])
+                z.backward(g / max(v, 1))
+                loss_sum[h] += ls
+                corr[h] += c
+                val[h] += v
+            if step == 3 and total_steps is None:  # fix the schedule from the measured step time
+                step_s = (time.monotonic() - t_train) / 4
+                epoch_s = steps_per_epoch * step_s + eval_s
+                total_steps = max(int(budget.left() / epoch_s * steps_per_epoch), 8)
+                total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
+                bar.total = total_steps
+            sched_total = total_steps or 10**9
+            lr_scale = min(1.0, (step + 1) / args.warmup) * (
+                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / sched_total, 1.0))))
+            for gp in opt.param_groups:
+                gp["lr"] = args.lr * lr_scale
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(ep=epoch, loss=f"{sum(loss_sum) / max(sum(val), 1):.3f}",
+                                acc="/".join(f"{c / max(v, 1):.2f}" for c, v in zip(corr, val)),
+                                left=f"{budget.left():.0f}s")
+            if total_steps is not None and step >= total_steps:
+                stopped = True
+                break
+        rec = {"epoch": epoch, "steps": step, "partial": stopped and bi < steps_per_epoch - 1,
+               "train_loss": [round(s / max(v, 1), 4) for s, v in zip(loss_sum, val)],
+               "train_top1": [round(c / max(v, 1), 4) for c, v in zip(corr, val)],
+               "val_top1": evaluate(heads, va_x, va_lab, w)}
+        history.append(rec)
+        tqdm.write(f"epoch {epoch}: train top-1 {rec['train_top1']} val top-1 {rec['val_top1']}")
+        if stopped:
+            break
+    bar.close()
+    train_s = time.monotonic() - t_train
+    final_val = history[-1]["val_top1"]
+    heldout_top1 = evaluate(heads, heldout[0], heldout[1], w) if heldout else None
+    if heldout_top1:
+        print("held-out prompts top-1:", heldout_top1)
+
+    # ---- save (FasterDecoding new layout; lm_head shared with the target) ----
+    from safetensors.torch import save_file
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for h, blk in enumerate(heads.blocks):
+        tensors[f"blocks.{h}.layers.0.weight"] = blk.weight.detach().to(torch.float16).contiguous()
+        tensors[f"blocks.{h}.layers.0.bias"] = blk.bias.detach().to(torch.float16).contiguous()
+    save_file(tensors, args.out / "medusa_lm_head.safetensors", metadata={"format": "pt"})
+    write_json(args.out / "config.json", {
+        "model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": cfg["hidden_size"],
+        "vocab_size": cfg["vocab_size"], "num_heads": k, "num_hidden_layers": 1, "original_lm_head": True})
+    # accuracy of the saved float16 weights (what vLLM loads)
+    saved = MedusaHeads(cfg["hidden_size"], k)
+    with torch.no_grad():
+        for h, blk in enumerate(saved.blocks):
+            blk.weight.copy_(tensors[f"blocks.{h}.layers.0.weight"].float())
+            blk.bias.copy_(tensors[f"blocks.{h}.layers.0.bias"].float())
+    final_val_f16 = evaluate(saved, va_x, va_lab, w)
+    n_tok = int(data.offsets[-1])
+    report = {
+        "command": command_line(),
+        "target": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)",
+        "data": {"sequences": data.num_seqs, "train_sequences": len(data.train_seqs),
+                 "val_sequences": len(data.val_seqs), "tokens": n_tok,
+                 "answer_tokens": int(n_tok - data.prompt_lens.sum()), "train_positions": len(tr_rows),
+                 "val_positions": len(va_rows)},
+        "heads": k, "label": "head h at position t is trained on the token at t + h + 2",
+        "alignment_check": alignment,
+        "hyperparameters": {"batch": args.batch, "lr": args.lr, "weight_decay": args.weight_decay,
+                            "warmup": args.warmup, "schedule": "linear warm-up, cosine to 10 %",
+                            "scheduled_steps": total_steps, "lm_head_training_precision": "bf16 GEMM, fp32 softmax",
+                            "seed": args.seed},
+        "epochs": history, "steps": step, "epochs_run": round(step / steps_per_epoch, 2),
+        "stopped_by_budget": stopped,
+        "val_top1_per_head": final_val, "val_top1_per_head_saved_fp16": final_val_f16,
+        "heldout_prompts_top1_per_head": heldout_top1,
+        "heldout_prompts_sequences": heldout[2] if heldout else None,
+        "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
+        "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
+    }
+    write_json(args.out / "train_report.json", report)
+    print(json.dumps({k_: report[k_] for k_ in ("val_top1_per_head", "val_top1_per_head_saved_fp16",
+                                                 "heldout_prompts_top1_per_head", "epochs_run", "wall_s")}))
+
+
+if __name__ == "__main__":
+    main()
