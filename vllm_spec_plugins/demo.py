@@ -77,7 +77,8 @@ def smollm2(args) -> int:
     if not (draft / "config.json").is_file():
         print(f"{draft} is missing: run `make drafts` to train it, or `make demo DEMO_ARGS=--tiny`.")
         return 2
-    k = args.spec_tokens or json.loads((draft / "config.json").read_text())["num_heads"]
+    heads = json.loads((draft / "config.json").read_text())["num_heads"]
+    k = args.spec_tokens or min(2, heads)  # later heads are rarely right (see docs/benchmarks.md)
     tok = AutoTokenizer.from_pretrained(str(target))
 
     def ids(q: str) -> list[int]:
@@ -87,7 +88,8 @@ def smollm2(args) -> int:
     prompts = [ids(q) for q in QUESTIONS]
     log_dir = ROOT / ".demo"
     log_dir.mkdir(exist_ok=True)
-    print(f"target: SmolLM2-135M-Instruct ({target})\ndraft:  {draft} (Medusa, {k} heads, trained here)\n")
+    print(f"target: SmolLM2-135M-Instruct ({target})\ndraft:  {draft} (Medusa, {heads} heads trained here; "
+          f"the first {k} used)\n")
     print("starting vLLM without speculation and with --spec-model (Medusa plugin) ...", flush=True)
     engines = {"base": Engine("demo-base", str(target), None, {}, log_dir, 4),
                "spec": Engine("demo-medusa", str(target), {"model": str(draft), "num_speculative_tokens": k}, {},
