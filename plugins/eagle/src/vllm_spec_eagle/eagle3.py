@@ -31,11 +31,10 @@ from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import QKVParallelLinear, ReplicatedLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.llama import LlamaDecoderLayer
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
-from .model import _STACKED
+from .model import add_bias, load_param
 
 logger = logging.getLogger("vllm.spec_plugins.eagle")
 
@@ -245,23 +244,8 @@ class Eagle3DraftModel(nn.Module):
                     self.has_own_embed_tokens = True
                 if name == "model.fc.bias" and name not in params:
                     # vLLM's built-in EAGLE-3 drops an fc bias; as the EAGLE-1 drafter of this plugin, use it.
-                    fc = self.model.fc
-                    fc.bias = nn.Parameter(torch.empty(fc.output_size, dtype=fc.weight.dtype,
-                                                       device=fc.weight.device), requires_grad=False)
-                    params[name] = fc.bias
-            for stacked, part, shard in _STACKED:
-                if part in name:
-                    target = name.replace(part, stacked)
-                    self._check(target in params, raw)
-                    param = params[target]
-                    param.weight_loader(param, w, shard)
-                    loaded.add(target)
-                    break
-            else:
-                self._check(name in params, raw)
-                param = params[name]
-                getattr(param, "weight_loader", default_weight_loader)(param, w)
-                loaded.add(name)
+                    add_bias(self.model.fc, params, name)
+            load_param(params, name, w, loaded, lambda ok, raw=raw: self._check(ok, raw))
         # Shared from the target by vLLM's EAGLE loader when absent; d2t defaults to no offsets (as vLLM).
         optional = {"draft_id_to_target_id"}
         if not self.has_own_embed_tokens:

@@ -19,6 +19,31 @@ _STACKED = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv
             (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1))
 
 
+def add_bias(linear: nn.Module, params: dict, name: str) -> None:
+    """Give a vLLM linear layer built without a bias the one the checkpoint has (created on load:
+    a zero bias would change the GEMM kernel and so the last bits of bias-free checkpoints)."""
+    linear.bias = nn.Parameter(torch.empty(linear.output_size, dtype=linear.weight.dtype,
+                                           device=linear.weight.device), requires_grad=False)
+    params[name] = linear.bias
+
+
+def load_param(params: dict, name: str, w: torch.Tensor, loaded: set, check) -> None:
+    """Load checkpoint tensor ``w`` into ``params[name]``, stacking q/k/v and gate/up as vLLM's layers do.
+
+    ``check(ok)`` raises the caller's error for a key that is not one of the model's weights.
+    """
+    for stacked, part, shard in _STACKED:
+        if part in name:
+            target = name.replace(part, stacked)
+            check(target in params)
+            params[target].weight_loader(params[target], w, shard)
+            loaded.add(target)
+            return
+    check(name in params)
+    getattr(params[name], "weight_loader", default_weight_loader)(params[name], w)
+    loaded.add(name)
+
+
 @support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "hidden_states": 0})
 class EagleDecoder(nn.Module):
     """``h = fc(cat(embed(ids), hidden))`` then the draft decoder layers (layer 0 without input norm)."""
@@ -109,23 +134,8 @@ class EagleDraftModel(nn.Module):
             if name == "model.embed_tokens.weight":
                 self.has_own_embed_tokens = True
             if name == "model.fc.bias" and name not in params:
-                fc = self.model.fc
-                fc.bias = nn.Parameter(torch.empty(fc.output_size, dtype=fc.weight.dtype, device=fc.weight.device),
-                                       requires_grad=False)
-                params[name] = fc.bias
-            for stacked, part, shard in _STACKED:
-                if part in name:
-                    target = name.replace(part, stacked)
-                    self._check(target in params, raw)
-                    param = params[target]
-                    param.weight_loader(param, w, shard)
-                    loaded.add(target)
-                    break
-            else:
-                self._check(name in params, raw)
-                param = params[name]
-                getattr(param, "weight_loader", default_weight_loader)(param, w)
-                loaded.add(name)
+                add_bias(self.model.fc, params, name)
+            load_param(params, name, w, loaded, lambda ok, raw=raw: self._check(ok, raw))
         if not self.has_own_embed_tokens:
             loaded.add("model.embed_tokens.weight")  # shared from the target by vLLM's EAGLE loader
         missing = sorted(set(params) - loaded)
