@@ -167,13 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     report = {"command": "python -m bench.overhead" + (" --quick" if args.quick else ""), "vllm": version,
               "steps": min(r["steps"] for r in results), "concurrency": args.concurrency, "rows": results,
               "pairs": pairs, "startup": startup(3 if args.quick else 7, 0 if args.quick else 3, str(target))}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "overhead.json").write_text(json.dumps(report, indent=2))
-    from bench.report import overhead_markdown
+    from bench.report import overhead_markdown, write
 
-    md = overhead_markdown(report)
-    (args.out / "overhead.md").write_text(md)
-    print(md)
+    print(write(args.out, "overhead", report, overhead_markdown))
     return 0
 
 

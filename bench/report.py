@@ -61,6 +61,15 @@ def overhead_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(out_dir: Path, stem: str, report: dict, render) -> str:
+    """Write ``<stem>.json`` and ``<stem>.md`` (``render(report)``) to ``out_dir``; return the Markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2))
+    md = render(report)
+    (out_dir / f"{stem}.md").write_text(md)
+    return md
+
+
 if __name__ == "__main__":
     data = json.loads(Path(sys.argv[1]).read_text())
     print(overhead_markdown(data) if "startup" in data or "pairs" in data else markdown(data))

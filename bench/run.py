@@ -268,12 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         "paired": paired,
         "wall_seconds": time.perf_counter() - t0,
     }
-    (args.out / "results.json").write_text(json.dumps(report, indent=2))
-    from bench.report import markdown
+    from bench.report import markdown, write
 
-    md = markdown(report)
-    (args.out / "results.md").write_text(md)
-    print(md)
+    print(write(args.out, "results", report, markdown))
     return 0
 
 

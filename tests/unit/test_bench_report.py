@@ -42,3 +42,14 @@ def test_markdown_tables():
                            "pairs": [{"pair": "p", "propose_ratio": 1.0, "other_ratio": 1.1}],
                            "startup": {"plugins": 2, "register_ms": 5.0, "import_ms": 1.0}})
     assert "| our EAGLE | 3.00 | 2.00 | 1.00 |" in o and "| p | 1.000 | 1.100 |" in o and "5.0 ms" in o
+
+
+def test_write_saves_json_and_markdown(tmp_path):
+    import json
+
+    from bench.report import write
+
+    md = write(tmp_path / "out", "results", {"a": 1}, lambda r: f"a={r['a']}\n")
+    assert md == "a=1\n"
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == {"a": 1}
+    assert (tmp_path / "out" / "results.md").read_text() == "a=1\n"
