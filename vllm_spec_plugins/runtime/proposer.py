@@ -293,10 +293,13 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
         idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
-        self._prepare_step(B, T, next_token_ids, target_positions, idx)
-        with set_forward_context(None, self.vllm_config, num_tokens=B):
-            out = self.model(**self._kwargs(self.forward_bindings, B, T))
-        drafts = self._to_drafts(out, B, num_speculative_tokens)
+        self._prepare_step(B, T, next_token_ids, target_positions, idx)  # carries the state, whatever k is
+        if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
+            drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+        else:
+            with set_forward_context(None, self.vllm_config, num_tokens=B):
+                out = self.model(**self._kwargs(self.forward_bindings, B, T))
+            drafts = self._to_drafts(out, B, num_speculative_tokens)
         if self._trace_dir:
             self._trace(B, T, drafts)
         return drafts

@@ -1,0 +1,170 @@
+"""Scheduler patches (engine-core process): the adaptive drafting policy. See :mod:`vllm_spec_plugins.patch`.
+
+vLLM 0.32's scheduler already varies the number of draft tokens per step: when
+``num_speculative_tokens_per_batch_size`` is set it reads ``k`` from a dense
+batch-size -> k list (``Scheduler.dynamic_sd_lookup``) once per step and puts it in
+``SchedulerOutput.num_spec_tokens_to_schedule``; the model runner passes it to the
+drafter, and the async scheduler sizes its draft placeholders from it. For a plugin
+draft without such a schedule, the policy takes that list's place: ``lookup[b]`` asks
+:class:`~vllm_spec_plugins.policy.AdaptivePolicy` instead. Everything runs on the host,
+in the scheduler, with data vLLM already has there: no device work, no synchronisation,
+one decision for every tensor-parallel rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings
+from ._util import when_imported, wrap_method
+from .config import plugin_of
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+MODULE = "vllm.v1.core.sched.scheduler"
+ATTR = "_vsp_policy"
+
+
+class PolicyLookup:
+    """Stands in for vLLM's dense ``batch size -> k`` list: each lookup is one policy decision."""
+
+    def __init__(self, policy: AdaptivePolicy) -> None:
+        self.policy = policy
+
+    def __getitem__(self, batch_size: int) -> int:
+        return self.policy.decide(int(batch_size))
+
+
+def policy_of(scheduler: Any) -> AdaptivePolicy | None:
+    return getattr(scheduler, ATTR, None)
+
+
+def attach(scheduler: Any, vllm_config: Any, environ: dict[str, str] | None = None) -> AdaptivePolicy | None:
+    """Give a scheduler serving a plugin draft the adaptive policy, unless something else decides ``k``."""
+    import os
+
+    env = os.environ if environ is None else environ
+    spec = getattr(vllm_config, "speculative_config", None)
+    name = plugin_of(spec)
+    if not name:
+        return None
+    k = int(spec.num_speculative_tokens or 0)
+    settings = PolicySettings.from_env(env)
+    if getattr(spec, "num_speculative_tokens_per_batch_size", None):
+        logger.info("vllm_spec_plugins: num_speculative_tokens_per_batch_size is set, so vLLM's static schedule "
+                    "decides the draft tokens per step; the adaptive drafting policy is off")
+        return None
+    if k < 1:
+        return None
+    dp = getattr(vllm_config.parallel_config, "data_parallel_size", 1) or 1
+    if dp > 1 and settings.mode != "off":
+        logger.info("vllm_spec_plugins: data parallel size %d: the adaptive drafting policy is off (ranks could "
+                    "choose different k); every step drafts k=%d", dp, k)
+        return None
+    if settings.mode == "off":
+        logger.info("vllm_spec_plugins: adaptive drafting policy off (%s=off): every step drafts k=%d",
+                    "VLLM_SPEC_PLUGINS_POLICY", k)
+        return None
+    if getattr(scheduler, "dynamic_sd_lookup", None) is not None:
+        return None
+    policy = AdaptivePolicy(k, settings, log=logger.info, stats_path=env.get(ENV_STATS) or None)
+    scheduler.dynamic_sd_lookup = PolicyLookup(policy)
+    setattr(scheduler, ATTR, policy)
+    if settings.mode == "pinned":
+        logger.info("vllm_spec_plugins: draft tokens pinned to k=%d per step (VLLM_SPEC_PLUGINS_POLICY)",
+                    settings.pin)
+    else:
+        logger.info("vllm_spec_plugins: adaptive drafting policy on for plugin %r: each step verifies k in 0..%d "
+                    "draft tokens, whichever is measured to give the most tokens/s (VLLM_SPEC_PLUGINS_POLICY=off: "
+                    "always k=%d)", name, k, k)
+    return policy
+
+
+def step_shape(scheduler_output: Any) -> dict[str, Any]:
+    """What :meth:`AdaptivePolicy.end_step` needs to know about a finished step."""
+    num = scheduler_output.num_scheduled_tokens
+    spec = scheduler_output.scheduled_spec_decode_tokens or {}
+    pure = not scheduler_output.scheduled_new_reqs and all(n == 1 + len(spec.get(r, ())) for r, n in num.items())
+    return {"b": len(num), "k_drafted": int(scheduler_output.num_spec_tokens_to_schedule or 0),
+            "k_verified": max((len(v) for v in spec.values()), default=0), "pure_decode": pure}
+
+
+def _init_wrap(original):
+    def __init__(self, vllm_config, *args, **kwargs):
+        original(self, vllm_config, *args, **kwargs)
+        try:
+            attach(self, vllm_config)
+        except Exception:  # the policy must never stop a scheduler
+            logger.exception("vllm_spec_plugins: the adaptive drafting policy failed to start; every step drafts "
+                             "num_speculative_tokens")
+
+    return __init__
+
+
+def _schedule_wrap(original):
+    def schedule(self, *args, **kwargs):
+        policy = policy_of(self)
+        if policy is not None:
+            policy.begin_step()
+            if policy.k > 0:
+                for req in self.running:
+                    drafts = req.spec_token_ids
+                    if drafts:
+                        k = policy.request_k(req.request_id, len(drafts))
+                        if k < len(drafts):
+                            req.spec_token_ids = drafts[:k]  # a new list: async placeholders are shared
+        return original(self, *args, **kwargs)
+
+    return schedule
+
+
+def _stats_wrap(original):
+    def make_spec_decoding_stats(self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens,
+                                 num_invalid_spec_tokens, request_id):
+        policy = policy_of(self)
+        if policy is not None:
+            invalid = (num_invalid_spec_tokens or {}).get(request_id, 0)
+            policy.observe_request(request_id, num_draft_tokens - invalid, num_accepted_tokens)
+        return original(self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens, num_invalid_spec_tokens,
+                        request_id)
+
+    return make_spec_decoding_stats
+
+
+def _update_wrap(original):
+    def update_from_output(self, scheduler_output, model_runner_output):
+        policy = policy_of(self)
+        if policy is None:
+            return original(self, scheduler_output, model_runner_output)
+        shape = step_shape(scheduler_output)
+        out = original(self, scheduler_output, model_runner_output)
+        policy.end_step(**shape)
+        return out
+
+    return update_from_output
+
+
+def _shutdown_wrap(original):
+    def shutdown(self):
+        policy = policy_of(self)
+        if policy is not None and policy.step:
+            logger.info("%s", policy.summary_line())
+            policy.write_stats()
+        return original(self)
+
+    return shutdown
+
+
+def patch_module(mod: Any) -> None:
+    cls = mod.Scheduler
+    wrap_method(cls, "__init__", _init_wrap)
+    wrap_method(cls, "schedule", _schedule_wrap)
+    wrap_method(cls, "make_spec_decoding_stats", _stats_wrap)
+    wrap_method(cls, "update_from_output", _update_wrap)
+    wrap_method(cls, "shutdown", _shutdown_wrap)
+
+
+def apply_when_imported() -> None:
+    """Patch vLLM's V1 ``Scheduler`` when the engine core imports it."""
+    when_imported(MODULE, patch_module)

@@ -1,0 +1,464 @@
+"""The adaptive drafting policy: how many draft tokens to verify at each step, from what it measures.
+
+Pure Python (no torch, no vLLM): the scheduler patch (:mod:`vllm_spec_plugins.patch.scheduler`)
+feeds it what vLLM's scheduler already knows on the host, and asks it for ``k`` once per step.
+
+Model. For a batch of ``b`` requests, drafting ``k`` tokens per request yields on average
+``E(k) = 1 + a1 + a1*a2 + ... + a1*...*ak`` tokens per request per step, where ``aj`` is the
+probability that draft position ``j`` is accepted once positions ``1..j-1`` were. A step
+that verifies (and drafts) ``k`` tokens per request costs ``t(b, k)`` seconds, measured. The
+policy picks ``argmax_k E(k) / t(b, k)`` over ``k = 0..K``: ``k = 0`` is a plain decode step.
+
+What it measures:
+
+* acceptance per position, pooled over requests and decayed per step (``decay``), from
+  every verified request (vLLM's ``make_spec_decoding_stats`` inputs);
+* per request, the same with a faster decay, shrunk towards the pooled value: a request
+  whose own drafts keep failing stops being verified (``request_k``), and is re-probed;
+* the wall time of whole engine steps (schedule to end of ``update_from_output``, or
+  between two ``update_from_output`` calls when vLLM overlaps them), for steady pure-decode
+  steps only (no prefill tokens, the drafts verified were made with the same ``k``), as
+  an exponential moving average per batch-size bucket and ``k``.
+
+Exploration: each batch-size bucket first measures the user's ``K`` and ``0``; later it
+probes another ``k`` for a couple of steps every ``probe_interval`` steps (doubling up to
+``max_probe_interval`` while probes confirm the choice, back to the minimum when one
+changes it), so it turns drafting back on when the workload changes.
+
+Everything here runs on the host in the scheduler process; nothing touches the device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``VLLM_SPEC_PLUGINS_POLICY``: ``adaptive`` (default), ``off`` (every step drafts
+#: ``num_speculative_tokens``, as vLLM does), or an integer ``k`` (every step drafts ``k``).
+ENV_POLICY = "VLLM_SPEC_PLUGINS_POLICY"
+#: ``VLLM_SPEC_PLUGINS_POLICY_STATS``: a file the policy writes its decisions to (JSON),
+#: every few seconds and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
+ENV_STATS = "VLLM_SPEC_PLUGINS_POLICY_STATS"
+#: ``VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL``: least seconds between two INFO lines about
+#: drafting being turned off or on (default 10).
+ENV_LOG_INTERVAL = "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL"
+
+
+def bucket_of(b: int) -> int:
+    """Batch-size bucket: exact up to 4, then 6, 8, 12, 16, 24, 32, ... (the upper end)."""
+    if b <= 4:
+        return max(b, 1)
+    p = 1 << (b - 1).bit_length()
+    return p * 3 // 4 if b <= p * 3 // 4 else p
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    mode: str = "adaptive"
+    """``adaptive``, ``off`` or ``pinned``."""
+    pin: int | None = None
+    decay: float = 0.97
+    """Per-step decay of the pooled acceptance counts."""
+    request_decay: float = 0.9
+    """Per-step decay of a request's own acceptance counts."""
+    request_prior: float = 4.0
+    """Weight (in observations) of the pooled acceptance in a request's estimate."""
+    request_min_obs: float = 6.0
+    """A request needs this many (decayed) observations of its own before it can be cut."""
+    request_probe_every: int = 16
+    """A cut request is verified again (full ``k``) once every so many of its steps."""
+    cost_ema: float = 0.25
+    """Weight of a new step-time sample in the moving average."""
+    min_samples: int = 3
+    """Steady samples of a ``(bucket, k)`` cell before it is trusted."""
+    probe_steps: int = 2
+    """Steps a probe lasts (the first switches ``k``; the second is steady and timed)."""
+    probe_interval: int = 16
+    max_probe_interval: int = 512
+    hysteresis: float = 0.02
+    """Leave the current ``k`` only for an expected gain above this fraction."""
+    log_interval: float = 10.0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> PolicySettings:
+        env = os.environ if environ is None else environ
+        raw = (env.get(ENV_POLICY) or "adaptive").strip().lower()
+        kw: dict[str, Any] = {}
+        if env.get(ENV_LOG_INTERVAL):
+            kw["log_interval"] = float(env[ENV_LOG_INTERVAL])
+        if raw in ("adaptive", "on", "auto", ""):
+            return cls(**kw)
+        if raw in ("off", "fixed", "0ff", "none", "false"):
+            return cls(mode="off", **kw)
+        try:
+            k = int(raw)
+        except ValueError:
+            raise ValueError(f"{ENV_POLICY}={raw!r}: expected 'adaptive', 'off' or a number of draft tokens") from None
+        if k < 0:
+            raise ValueError(f"{ENV_POLICY}={raw!r}: the number of draft tokens must be >= 0")
+        return cls(mode="pinned", pin=k, **kw)
+
+
+@dataclass
+class _Cell:
+    ema: float = 0.0
+    n: int = 0
+
+    def add(self, t: float, w: float) -> None:
+        self.ema = t if self.n == 0 else (1 - w) * self.ema + w * t
+        self.n += 1
+
+
+@dataclass
+class _Bucket:
+    cells: dict[int, _Cell] = field(default_factory=dict)
+    best: int | None = None
+    next_probe: int = 0
+    interval: int = 0
+    probe_rr: int = 0
+
+
+@dataclass
+class _Request:
+    s: list[float]
+    n: list[float]
+    steps: int = 0
+    last_seen: int = 0
+
+
+class AdaptivePolicy:
+    """Chooses ``k`` in ``0..k_max`` per step (and per request), from measured acceptance and step cost."""
+
+    def __init__(self, k_max: int, settings: PolicySettings | None = None, *,
+                 clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] | None = None,
+                 stats_path: str | None = None) -> None:
+        if k_max < 1:
+            raise ValueError("k_max must be >= 1")
+        self.k_max = k_max
+        self.cfg = settings or PolicySettings()
+        if self.cfg.mode == "pinned" and (self.cfg.pin is None or self.cfg.pin > k_max):
+            raise ValueError(f"{ENV_POLICY}={self.cfg.pin}: at most num_speculative_tokens={k_max}")
+        self.clock = clock
+        self.log = log or (lambda msg: None)
+        self.stats_path = stats_path
+        # pooled acceptance per position (weak prior: 0.5)
+        self.acc_s = [1.0] * k_max
+        self.acc_n = [2.0] * k_max
+        self.buckets: dict[int, _Bucket] = {}
+        self.requests: dict[str, _Request] = {}
+        self.step = 0
+        self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
+        self.prev_k: int | None = None
+        self._probe_k: int | None = None
+        self._probe_left = 0
+        self._probe_bucket: int | None = None
+        self._b = 0
+        # step timing
+        self._t_sched: float | None = None
+        self._t_last_end: float | None = None
+        # stats
+        self.k_steps = [0] * (k_max + 1)
+        self.probe_steps = 0
+        self.switches_off = 0
+        self.switches_on = 0
+        self.request_cuts = 0
+        self.decide_seconds = 0.0
+        self.decide_calls = 0
+        self.step_seconds = 0.0
+        self.timed_steps = 0
+        self._drafting = k_max > 0 if self.cfg.mode != "pinned" else bool(self.cfg.pin)
+        self._last_log = -math.inf
+        self._suppressed = 0
+        self._last_stats_write = -math.inf
+        self._seen_this_step: set[str] = set()
+
+    # -- estimates -----------------------------------------------------------
+
+    def alphas(self) -> list[float]:
+        return [s / n for s, n in zip(self.acc_s, self.acc_n)]
+
+    @staticmethod
+    def expected_tokens(alphas: list[float], k: int) -> float:
+        e, p = 1.0, 1.0
+        for a in alphas[:k]:
+            p *= a
+            e += p
+        return e
+
+    def costs(self, bucket: int) -> dict[int, float]:
+        """Step-time estimates for every ``k`` of a bucket: measured cells, linear interpolation between them."""
+        bk = self.buckets.get(bucket)
+        if bk is None:
+            return {}
+        known = {k: c.ema for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
+        if not known:
+            return {}
+        ks = sorted(known)
+        out = {}
+        for k in range(self.k_max + 1):
+            if k in known:
+                out[k] = known[k]
+                continue
+            lo = [x for x in ks if x < k]
+            hi = [x for x in ks if x > k]
+            if lo and hi:
+                a, b = lo[-1], hi[0]
+                out[k] = known[a] + (known[b] - known[a]) * (k - a) / (b - a)
+        return out
+
+    def rates(self, bucket: int) -> dict[int, float]:
+        """Expected tokens per second per request, ``E(k) / t(k)``, for every ``k`` with a cost estimate."""
+        al = self.alphas()
+        return {k: self.expected_tokens(al, k) / t for k, t in self.costs(bucket).items() if t > 0}
+
+    # -- the decision ----------------------------------------------------------
+
+    def decide(self, b: int) -> int:
+        """``k`` for the step being scheduled with ``b`` requests (called once per step)."""
+        t0 = time.perf_counter()
+        self.step += 1
+        self._b = b
+        k = self._decide(b)
+        self.prev_k, self.k = self.k, k
+        self.k_steps[k] += 1
+        self.decide_seconds += time.perf_counter() - t0
+        self.decide_calls += 1
+        return k
+
+    def _decide(self, b: int) -> int:
+        cfg = self.cfg
+        if cfg.mode == "off":
+            return self.k_max
+        if cfg.mode == "pinned":
+            return int(cfg.pin or 0)
+        bucket = bucket_of(b)
+        bk = self.buckets.setdefault(bucket, _Bucket(interval=cfg.probe_interval))
+        if self._probe_left > 0 and self._probe_bucket == bucket and self._probe_k is not None:
+            self._probe_left -= 1
+            self.probe_steps += 1
+            return self._probe_k
+        self._probe_left = 0
+        # Measure the user's K first, then plain decoding.
+        for k in (self.k_max, 0):
+            cell = bk.cells.get(k)
+            if cell is None or cell.n < cfg.min_samples:
+                return self._explore(bk, bucket, k, cfg.min_samples + 1)
+        rates = self.rates(bucket)
+        best = max(rates, key=lambda k: (rates[k], -k))
+        cur = bk.best if bk.best is not None else self.k
+        if cur in rates and best != cur and rates[best] < rates[cur] * (1 + cfg.hysteresis):
+            best = cur
+        if self.step >= bk.next_probe:
+            others = [k for k in range(self.k_max + 1) if k != best]
+            unmeasured = [k for k in others if bk.cells.get(k) is None or bk.cells[k].n < cfg.min_samples]
+            if unmeasured:
+                probe = unmeasured[0]
+            else:
+                probe = others[bk.probe_rr % len(others)]
+                bk.probe_rr += 1
+            changed = bk.best is not None and bk.best != best
+            bk.interval = cfg.probe_interval if changed else min(bk.interval * 2, cfg.max_probe_interval)
+            bk.next_probe = self.step + bk.interval
+            self._set_best(bk, bucket, best, rates)
+            return self._explore(bk, bucket, probe, cfg.probe_steps)
+        self._set_best(bk, bucket, best, rates)
+        return best
+
+    def _explore(self, bk: _Bucket, bucket: int, k: int, steps: int) -> int:
+        self._probe_k = k
+        self._probe_left = steps - 1
+        self._probe_bucket = bucket
+        self.probe_steps += 1
+        return k
+
+    def _set_best(self, bk: _Bucket, bucket: int, best: int, rates: dict[int, float]) -> None:
+        bk.best = best
+        drafting = best > 0
+        if drafting == self._drafting:
+            return
+        self._drafting = drafting
+        if drafting:
+            self.switches_on += 1
+        else:
+            self.switches_off += 1
+        now = self.clock()
+        if now - self._last_log < self.cfg.log_interval:
+            self._suppressed += 1
+            return
+        gain = rates[best] / rates[0] if rates.get(0) else float("nan")
+        al = "/".join(f"{a:.2f}" for a in self.alphas())
+        if drafting:
+            msg = (f"vllm_spec_plugins: adaptive policy turned drafting on: k={best} at batch size {self._b} "
+                   f"(expected {gain:.2f}x the tokens/s of plain decoding; acceptance per position {al})")
+        else:
+            k = self.k_max
+            ratio = (self.costs(bucket).get(k, float("nan")) / self.costs(bucket)[0]) if self.costs(bucket).get(0) \
+                else float("nan")
+            msg = (f"vllm_spec_plugins: adaptive policy turned drafting off at batch size {self._b}: verifying "
+                   f"k={k} costs {ratio:.2f}x a plain step for {self.expected_tokens(self.alphas(), k):.2f} "
+                   f"tokens per request (acceptance per position {al}); it probes now and then")
+        if self._suppressed:
+            msg += f" [{self._suppressed} earlier change(s) not logged]"
+            self._suppressed = 0
+        self._last_log = now
+        self.log(msg)
+
+    # -- per request -------------------------------------------------------------
+
+    def request_k(self, req_id: str, k: int) -> int:
+        """How many of ``k`` drafts to verify for one request (``k`` or 0)."""
+        if k <= 0 or self.cfg.mode != "adaptive":
+            return k
+        r = self.requests.get(req_id)
+        if r is None or r.n[0] < self.cfg.request_min_obs:
+            return k
+        r.steps += 1
+        if r.steps % self.cfg.request_probe_every == 0:
+            return k
+        pooled = self.alphas()[0]
+        a1 = (r.s[0] + self.cfg.request_prior * pooled) / (r.n[0] + self.cfg.request_prior)
+        if a1 >= self._min_first_acceptance():
+            return k
+        self.request_cuts += 1
+        return 0
+
+    def _min_first_acceptance(self) -> float:
+        """Least first-position acceptance that pays for a request's verified tokens at the current ``k``.
+
+        Adding one verified token costs about ``(t(k) - t(0)) / (b k)`` seconds (drafting included,
+        so this errs towards keeping drafts) and yields ``a1`` tokens; it pays when
+        ``a1 / cost >= tokens per second of the step``.
+        """
+        bucket = bucket_of(self._b)
+        costs = self.costs(bucket)
+        k = self.k
+        if k <= 0 or k not in costs or 0 not in costs or costs[k] <= costs[0]:
+            return 0.0
+        b = max(self._b, 1)
+        per_token = (costs[k] - costs[0]) / (b * k)
+        rate = b * self.expected_tokens(self.alphas(), k) / costs[k]
+        return per_token * rate
+
+    # -- observations -------------------------------------------------------------
+
+    def begin_step(self) -> None:
+        """The scheduler starts a step (``schedule()`` entry)."""
+        self._t_sched = self.clock()
+
+    def observe_request(self, req_id: str, num_draft: int, num_accepted: int) -> None:
+        """One request's verification result in the step being finished."""
+        if num_draft <= 0:
+            return
+        n = min(num_draft, self.k_max)
+        a = max(0, min(num_accepted, n))
+        if not self._seen_this_step:
+            self._decay_pooled()
+        self._seen_this_step.add(req_id)
+        r = self.requests.get(req_id)
+        if r is None:
+            r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
+        r.last_seen = self.step
+        for j in range(n):
+            r.s[j] *= self.cfg.request_decay
+            r.n[j] *= self.cfg.request_decay
+        for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
+            ok = 1.0 if j < a else 0.0
+            self.acc_s[j] += ok
+            self.acc_n[j] += 1.0
+            r.s[j] += ok
+            r.n[j] += 1.0
+
+    def _decay_pooled(self) -> None:
+        d = self.cfg.decay
+        self.acc_s = [s * d for s in self.acc_s]
+        self.acc_n = [n * d for n in self.acc_n]
+
+    def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:
+        """The step finished (end of ``update_from_output``); time it if it was steady."""
+        now = self.clock()
+        self._seen_this_step.clear()
+        start = self._t_sched
+        if self._t_last_end is not None and start is not None:
+            start = max(start, self._t_last_end)
+        self._t_last_end = now
+        if start is None or not pure_decode or b <= 0 or k_verified != k_drafted:
+            return
+        dt = now - start
+        if dt <= 0:
+            return
+        bk = self.buckets.setdefault(bucket_of(b), _Bucket(interval=self.cfg.probe_interval))
+        bk.cells.setdefault(k_drafted, _Cell()).add(dt, self.cfg.cost_ema)
+        self.step_seconds += dt
+        self.timed_steps += 1
+        if self.step % 64 == 0:
+            self._purge()
+        if self.stats_path and now - self._last_stats_write > 5.0:
+            self.write_stats()
+
+    def forget(self, req_id: str) -> None:
+        self.requests.pop(req_id, None)
+
+    def _purge(self) -> None:
+        old = [r for r, st in self.requests.items() if self.step - st.last_seen > 256]
+        for r in old:
+            del self.requests[r]
+
+    # -- reporting -------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        steps = sum(self.k_steps)
+        out: dict[str, Any] = {
+            "mode": self.cfg.mode if self.cfg.mode != "pinned" else f"pinned k={self.cfg.pin}",
+            "k_max": self.k_max,
+            "steps": steps,
+            "k_steps": {str(k): n for k, n in enumerate(self.k_steps)},
+            "probe_steps": self.probe_steps,
+            "switches_off": self.switches_off,
+            "switches_on": self.switches_on,
+            "request_cuts": self.request_cuts,
+            "acceptance_per_position": [round(a, 4) for a in self.alphas()],
+            "decide_us_per_step": round(1e6 * self.decide_seconds / max(self.decide_calls, 1), 2),
+            "mean_step_ms": round(1e3 * self.step_seconds / max(self.timed_steps, 1), 3),
+            "buckets": {},
+        }
+        for bucket in sorted(self.buckets):
+            bk = self.buckets[bucket]
+            costs = self.costs(bucket)
+            base = costs.get(0)
+            out["buckets"][str(bucket)] = {
+                "best_k": bk.best,
+                "step_ms": {str(k): round(1e3 * c.ema, 3) for k, c in sorted(bk.cells.items())},
+                "samples": {str(k): c.n for k, c in sorted(bk.cells.items())},
+                "cost_ratio": {str(k): round(t / base, 3) for k, t in sorted(costs.items())} if base else {},
+                "expected_speedup": {str(k): round(r / self.rates(bucket)[0], 3)
+                                     for k, r in sorted(self.rates(bucket).items())} if base else {},
+            }
+        return out
+
+    def summary_line(self) -> str:
+        s = self.summary()
+        steps = max(s["steps"], 1)
+        ks = ", ".join(f"k={k}: {100 * n / steps:.0f}%" for k, n in s["k_steps"].items() if n)
+        best = ", ".join(f"b<={b}: k={v['best_k']}" for b, v in s["buckets"].items() if v["best_k"] is not None)
+        al = "/".join(f"{a:.2f}" for a in s["acceptance_per_position"])
+        return (f"vllm_spec_plugins: adaptive policy ({s['mode']}) over {s['steps']} steps: {ks or 'no steps'}; "
+                f"chosen by batch size: {best or 'n/a'}; drafting turned off {s['switches_off']}x, on "
+                f"{s['switches_on']}x; probes {100 * s['probe_steps'] / steps:.1f}% of steps; acceptance per "
+                f"position {al}; {s['decide_us_per_step']} us per decision")
+
+    def write_stats(self) -> None:
+        if not self.stats_path:
+            return
+        self._last_stats_write = self.clock()
+        tmp = f"{self.stats_path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.summary(), f, indent=1)
+            os.replace(tmp, self.stats_path)
+        except OSError:
+            pass
