@@ -42,11 +42,15 @@ from typing import Any
 #: ``num_speculative_tokens``, as vLLM does), or an integer ``k`` (every step drafts ``k``).
 ENV_POLICY = "VLLM_SPEC_PLUGINS_POLICY"
 #: ``VLLM_SPEC_PLUGINS_POLICY_STATS``: a file the policy writes its decisions to (JSON),
-#: every few seconds and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
+#: every second while it works and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
 ENV_STATS = "VLLM_SPEC_PLUGINS_POLICY_STATS"
 #: ``VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL``: least seconds between two INFO lines about
 #: drafting being turned off or on (default 10).
 ENV_LOG_INTERVAL = "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL"
+#: ``VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL``: most steps between two probes of another
+#: ``k`` (default 512); lower turns drafting back on sooner after a workload change, at a
+#: higher probing cost.
+ENV_MAX_PROBE = "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL"
 
 
 def bucket_of(b: int) -> int:
@@ -63,7 +67,8 @@ class PolicySettings:
     """``adaptive``, ``off`` or ``pinned``."""
     pin: int | None = None
     decay: float = 0.97
-    """Per-step decay of the pooled acceptance counts."""
+    """Per-step decay of the pooled acceptance counts (every step, so that a probe after a long
+    pause weighs more than what was seen before the pause)."""
     request_decay: float = 0.9
     """Per-step decay of a request's own acceptance counts."""
     request_prior: float = 4.0
@@ -89,8 +94,14 @@ class PolicySettings:
         env = os.environ if environ is None else environ
         raw = (env.get(ENV_POLICY) or "adaptive").strip().lower()
         kw: dict[str, Any] = {}
-        if env.get(ENV_LOG_INTERVAL):
-            kw["log_interval"] = float(env[ENV_LOG_INTERVAL])
+        for var, key, typ in ((ENV_LOG_INTERVAL, "log_interval", float), (ENV_MAX_PROBE, "max_probe_interval", int)):
+            if env.get(var):
+                try:
+                    kw[key] = typ(env[var])
+                except ValueError:
+                    raise ValueError(f"{var}={env[var]!r}: expected a number") from None
+        if kw.get("max_probe_interval", cls.probe_interval) < cls.probe_interval:
+            kw["max_probe_interval"] = cls.probe_interval
         if raw in ("adaptive", "on", "auto", ""):
             return cls(**kw)
         if raw in ("off", "fixed", "0ff", "none", "false"):
@@ -176,6 +187,7 @@ class AdaptivePolicy:
         self._suppressed = 0
         self._last_stats_write = -math.inf
         self._seen_this_step: set[str] = set()
+        self._cuts_this_step = 0
 
     # -- estimates -----------------------------------------------------------
 
@@ -223,6 +235,7 @@ class AdaptivePolicy:
         t0 = time.perf_counter()
         self.step += 1
         self._b = b
+        self._decay_pooled()  # per step, observed or not: old evidence fades while drafting is off
         k = self._decide(b)
         self.prev_k, self.k = self.k, k
         self.k_steps[k] += 1
@@ -311,9 +324,12 @@ class AdaptivePolicy:
     # -- per request -------------------------------------------------------------
 
     def request_k(self, req_id: str, k: int) -> int:
-        """How many of ``k`` drafts to verify for one request (``k`` or 0)."""
-        if k <= 0 or self.cfg.mode != "adaptive":
-            return k
+        """How many of ``k`` drafts to verify for one request (``k`` or 0), before the step is scheduled.
+
+        Cuts only in batches of two or more, at most half of the batch per step: a lone request
+        is the pool, and the requests still verified keep the pooled estimate fresh."""
+        if k <= 0 or self.cfg.mode != "adaptive" or self._b < 2 or 2 * (self._cuts_this_step + 1) > self._b:
+            return k  # the batch decision covers a lone request; the uncut half keeps the pooled estimate fresh
         r = self.requests.get(req_id)
         if r is None or r.n[0] < self.cfg.request_min_obs:
             return k
@@ -325,6 +341,7 @@ class AdaptivePolicy:
         if a1 >= self._min_first_acceptance():
             return k
         self.request_cuts += 1
+        self._cuts_this_step += 1
         return 0
 
     def _min_first_acceptance(self) -> float:
@@ -349,6 +366,7 @@ class AdaptivePolicy:
     def begin_step(self) -> None:
         """The scheduler starts a step (``schedule()`` entry)."""
         self._t_sched = self.clock()
+        self._cuts_this_step = 0
 
     def observe_request(self, req_id: str, num_draft: int, num_accepted: int) -> None:
         """One request's verification result in the step being finished."""
@@ -356,8 +374,6 @@ class AdaptivePolicy:
             return
         n = min(num_draft, self.k_max)
         a = max(0, min(num_accepted, n))
-        if not self._seen_this_step:
-            self._decay_pooled()
         self._seen_this_step.add(req_id)
         r = self.requests.get(req_id)
         if r is None:
@@ -397,7 +413,7 @@ class AdaptivePolicy:
         self.timed_steps += 1
         if self.step % 64 == 0:
             self._purge()
-        if self.stats_path and now - self._last_stats_write > 5.0:
+        if self.stats_path and now - self._last_stats_write > 1.0:
             self.write_stats()
 
     def forget(self, req_id: str) -> None:

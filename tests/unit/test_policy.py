@@ -1,0 +1,216 @@
+"""The adaptive drafting policy against a simulated engine (fake clock, known costs and acceptance)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from vllm_spec_plugins.policy import AdaptivePolicy, PolicySettings, bucket_of
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def simulate(policy: AdaptivePolicy, clock: Clock, *, steps: int, b: int, cost, alpha, seed: int = 0,
+             req_alpha=None, start: int = 0) -> dict:
+    """Run ``steps`` engine steps: verification uses the drafts made with the previous step's k.
+
+    ``cost(b, k_verified, k_drafted)`` is the step time; ``alpha(step)`` the per-position
+    acceptance (or ``req_alpha(step, r)`` per request). Returns tokens produced and time spent.
+    """
+    rng = random.Random(seed)
+    prev_k = getattr(policy, "_sim_prev_k", 0)
+    tokens = 0
+    t_start = clock.t
+    ks = []
+    for s in range(start, start + steps):
+        policy.begin_step()
+        k = policy.decide(b)
+        ks.append(k)
+        drafts = {}
+        for r in range(b):
+            drafts[r] = policy.request_k(f"r{r}", prev_k) if prev_k else 0
+        for r in range(b):
+            a_pos = req_alpha(s, r) if req_alpha else alpha(s)
+            n = drafts[r]
+            acc = 0
+            while acc < n and rng.random() < a_pos:
+                acc += 1
+            tokens += 1 + acc
+            if n:
+                policy.observe_request(f"r{r}", n, acc)
+        kv = max(drafts.values(), default=0)
+        clock.t += cost(b, kv, k)
+        policy.end_step(b=b, k_drafted=k, k_verified=kv, pure_decode=True)
+        prev_k = k
+    policy._sim_prev_k = prev_k
+    return {"tokens": tokens, "seconds": clock.t - t_start, "rate": tokens / (clock.t - t_start), "ks": ks}
+
+
+def fixed(k: int, **kw) -> dict:
+    clock = Clock()
+    pol = AdaptivePolicy(3, PolicySettings(mode="pinned", pin=k), clock=clock)
+    return simulate(pol, clock, **kw)
+
+
+def gpu_like(b, kv, kd):
+    """Verification almost free at small batch, drafting cheap: speculation pays."""
+    return 0.020 * (1 + 0.03 * b * kv / 4) + 0.002 * kd
+
+
+def cpu_big_batch(b, kv, kd):
+    """Compute bound: each verified token costs nearly a plain token."""
+    return 0.010 * (1 + 0.5 * kv) + 0.003 * kd
+
+
+def test_bucket_of():
+    assert [bucket_of(b) for b in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 24, 25, 256)] == \
+        [1, 1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 16, 16, 24, 24, 32, 256]
+
+
+def test_speculates_where_it_pays():
+    clock = Clock()
+    pol = AdaptivePolicy(3, clock=clock)
+    out = simulate(pol, clock, steps=3000, b=1, cost=gpu_like, alpha=lambda s: 0.8)
+    best_fixed = max(fixed(k, steps=3000, b=1, cost=gpu_like, alpha=lambda s: 0.8)["rate"] for k in range(4))
+    assert out["rate"] >= 0.95 * best_fixed
+    assert pol.summary()["buckets"]["1"]["best_k"] == 3
+    assert pol.switches_off == 0
+
+
+def test_stops_where_it_cannot_pay():
+    clock = Clock()
+    logs: list[str] = []
+    pol = AdaptivePolicy(3, clock=clock, log=logs.append)
+    out = simulate(pol, clock, steps=3000, b=16, cost=cpu_big_batch, alpha=lambda s: 0.4)
+    plain = fixed(0, steps=3000, b=16, cost=cpu_big_batch, alpha=lambda s: 0.4)["rate"]
+    always = fixed(3, steps=3000, b=16, cost=cpu_big_batch, alpha=lambda s: 0.4)["rate"]
+    assert always < 0.9 * plain  # the scenario really punishes speculation
+    assert out["rate"] >= 0.97 * plain
+    assert pol.summary()["buckets"]["16"]["best_k"] == 0
+    assert any("turned drafting off" in m for m in logs)
+    # later steps are almost all plain decoding: probes are rare once the choice is confirmed
+    assert out["ks"][-1000:].count(0) >= 970
+
+
+def test_intermediate_k_wins_when_it_should():
+    def cost(b, kv, kd):
+        return 0.010 * (1 + 0.12 * kv ** 2) + 0.001 * kd
+
+    clock = Clock()
+    pol = AdaptivePolicy(4, clock=clock)
+    out = simulate(pol, clock, steps=4000, b=2, cost=cost, alpha=lambda s: 0.7)
+    rates = {k: fixed_k(4, k, steps=4000, b=2, cost=cost, alpha=lambda s: 0.7) for k in range(5)}
+    best = max(rates, key=rates.get)
+    assert 0 < best < 4
+    assert out["rate"] >= 0.95 * rates[best]
+
+
+def fixed_k(kmax: int, k: int, **kw) -> float:
+    clock = Clock()
+    pol = AdaptivePolicy(kmax, PolicySettings(mode="pinned", pin=k), clock=clock)
+    return simulate(pol, clock, **kw)["rate"]
+
+
+def test_turns_drafting_back_on_when_the_workload_changes():
+    clock = Clock()
+    logs: list[str] = []
+    pol = AdaptivePolicy(3, PolicySettings(max_probe_interval=64, log_interval=0), clock=clock, log=logs.append)
+    simulate(pol, clock, steps=1500, b=1, cost=gpu_like, alpha=lambda s: 0.0)
+    assert pol.summary()["buckets"]["1"]["best_k"] == 0
+    out = simulate(pol, clock, steps=600, b=1, cost=gpu_like, alpha=lambda s: 0.9, start=1500)
+    assert pol.summary()["buckets"]["1"]["best_k"] > 0
+    assert sum(1 for k in out["ks"][-300:] if k > 0) > 250
+    assert any("turned drafting on" in m for m in logs)
+
+
+def test_a_request_whose_drafts_fail_is_cut_and_re_probed():
+    clock = Clock()
+    pol = AdaptivePolicy(3, clock=clock)
+
+    def cost(b, kv, kd):
+        return 0.020 * (1 + 0.1 * kv) + 0.001 * kd
+
+    out = simulate(pol, clock, steps=2000, b=4, cost=cost, alpha=None,
+                   req_alpha=lambda s, r: 0.0 if r == 3 else 0.9)
+    assert pol.summary()["buckets"]["4"]["best_k"] > 0
+    assert pol.request_cuts > 1000
+    r3, r0 = pol.requests["r3"], pol.requests["r0"]
+    assert r3.n[0] > 0  # still observed now and then (re-probed)
+    assert r0.s[0] / r0.n[0] > 0.8
+
+
+def test_off_and_pinned():
+    off = AdaptivePolicy(3, PolicySettings(mode="off"))
+    assert [off.decide(b) for b in (1, 8, 64)] == [3, 3, 3]
+    assert off.request_k("x", 3) == 3
+    pinned = AdaptivePolicy(3, PolicySettings(mode="pinned", pin=1))
+    assert [pinned.decide(b) for b in (1, 8, 64)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="at most num_speculative_tokens=3"):
+        AdaptivePolicy(3, PolicySettings(mode="pinned", pin=5))
+
+
+def test_settings_from_env():
+    assert PolicySettings.from_env({}).mode == "adaptive"
+    assert PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY": "off"}).mode == "off"
+    s = PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY": "2", "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "64",
+                                 "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL": "1.5"})
+    assert (s.mode, s.pin, s.max_probe_interval, s.log_interval) == ("pinned", 2, 64, 1.5)
+    with pytest.raises(ValueError, match="VLLM_SPEC_PLUGINS_POLICY='sometimes'"):
+        PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY": "sometimes"})
+    with pytest.raises(ValueError, match="MAX_PROBE_INTERVAL"):
+        PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "often"})
+
+
+def test_on_off_log_lines_are_rate_limited():
+    clock = Clock()
+    logs: list[str] = []
+    pol = AdaptivePolicy(2, PolicySettings(max_probe_interval=16, log_interval=10.0), clock=clock, log=logs.append)
+    # acceptance flips every 100 steps; each step takes 10 ms: 40 s in all
+    simulate(pol, clock, steps=4000, b=1, cost=gpu_like, alpha=lambda s: 0.95 if (s // 100) % 2 else 0.0)
+    switches = pol.switches_on + pol.switches_off
+    assert switches > 8
+    assert len(logs) <= clock.t / 10.0 + 1
+    assert len(logs) < switches
+
+
+def test_unsteady_and_mixed_steps_are_not_timed():
+    clock = Clock()
+    pol = AdaptivePolicy(2, clock=clock)
+    pol.begin_step()
+    pol.decide(4)
+    clock.t += 1.0
+    pol.end_step(b=4, k_drafted=2, k_verified=0, pure_decode=True)  # drafts of another k: unsteady
+    pol.begin_step()
+    pol.decide(4)
+    clock.t += 1.0
+    pol.end_step(b=4, k_drafted=2, k_verified=2, pure_decode=False)  # a prefill in the step
+    assert pol.buckets[4].cells == {}
+    # idle time between steps is not counted
+    clock.t += 100.0
+    pol.begin_step()
+    pol.decide(4)
+    clock.t += 0.5
+    pol.end_step(b=4, k_drafted=2, k_verified=2, pure_decode=True)
+    assert pol.buckets[4].cells[2].ema == pytest.approx(0.5)
+
+
+def test_summary_and_stats_file(tmp_path):
+    clock = Clock()
+    path = tmp_path / "stats.json"
+    pol = AdaptivePolicy(3, clock=clock, stats_path=str(path))
+    simulate(pol, clock, steps=500, b=16, cost=cpu_big_batch, alpha=lambda s: 0.4)
+    pol.write_stats()
+    data = json.loads(path.read_text())
+    assert data["steps"] == 500 and data["k_max"] == 3
+    assert data["buckets"]["16"]["best_k"] == 0
+    assert sum(data["k_steps"].values()) == 500
+    line = pol.summary_line()
+    assert "over 500 steps" in line and "b<=16: k=0" in line
