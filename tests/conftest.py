@@ -89,6 +89,10 @@ def with_pythonpath(path: str) -> dict[str, str]:
 
 MAX_TOKENS = 48
 
+#: Every step drafts num_speculative_tokens, exactly as without the adaptive drafting policy: for
+#: checks that compare acceptance with vLLM's built-in drafters or replay every draft.
+POLICY_OFF = {"VLLM_SPEC_PLUGINS_POLICY": "off"}
+
 
 @pytest.fixture(scope="session")
 def baseline(tiny, broken_plugin_path):

@@ -19,7 +19,7 @@ import glob
 import pytest
 import torch
 
-from tests.conftest import PROMPTS
+from tests.conftest import POLICY_OFF, PROMPTS
 from vllm_spec_plugins.testing.engine import run_engine
 
 # As in test_eagle_engine.py: different lengths, joins mid-stream, 3 KV blocks for up to 4 long requests.
@@ -40,7 +40,7 @@ def ours(tiny, tmp_path_factory):
     # (architectures LlamaForCausalLMEagle3) and routed to vLLM's eagle3 method.
     r = run_engine(tiny["target"], speculative_config=_spec(tiny, method="eagle"), prompts=PROMPTS,
                    max_tokens=LENGTHS, schedule=SCHEDULE, llm_kwargs=BUSY,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
     files = sorted(glob.glob(str(trace / "*.pt")))
     assert files, "no drafting step was traced"
     return r, [torch.load(f, weights_only=False) for f in files]

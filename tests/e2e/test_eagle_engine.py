@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from tests.conftest import MAX_TOKENS, PROMPTS
+from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS
 from tests.e2e.eagle_reference import EagleReference, replay
 from vllm_spec_plugins.testing.engine import run_engine
 
@@ -54,7 +54,7 @@ def ours(tiny, tmp_path_factory):
     # No "method": the folder name (tiny-eagle-1) makes vLLM pick the EAGLE route; our plugin serves it.
     r = run_engine(tiny["target"], speculative_config={"model": str(tiny["eagle"]), "num_speculative_tokens": 3},
                    prompts=PROMPTS, max_tokens=LENGTHS, schedule=SCHEDULE, llm_kwargs=BUSY,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
     return r, _records(trace)
 
 
@@ -96,7 +96,7 @@ def test_fc_bias_is_used_and_matches_reference(tiny, baseline, tmp_path):
     trace = tmp_path / "trace"
     spec = {"model": str(tiny["eagle_bias"]), "num_speculative_tokens": 3, "method": "eagle"}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
     assert r.outputs == baseline.outputs
     records = _records(trace)
     with_bias = replay(records, _reference(tiny["eagle_bias"], tiny["target"], use_bias=True))
@@ -120,7 +120,7 @@ def test_third_party_attention_drafter_gets_extras_and_state(tiny, baseline, tmp
     trace, log = tmp_path / "trace", tmp_path / "variant"
     spec = {"model": str(tiny["variant"]), "num_speculative_tokens": 3, "method": "eaglevariant"}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), "VSP_VARIANT_LOG": str(log)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), "VSP_VARIANT_LOG": str(log), **POLICY_OFF})
     assert r.outputs == baseline.outputs
     assert f"draft '{tiny['variant']}' served by plugin 'eaglevariant' (vsp-test-eagle-variant 0.0.1)" in r.log
     records = _records(trace)

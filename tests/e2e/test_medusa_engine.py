@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import MAX_TOKENS, PROMPTS, with_pythonpath
+from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS, with_pythonpath
 from vllm_spec_plugins.testing.engine import run_engine
 INFO_LINE = "vllm_spec_plugins: draft '{}' served by plugin 'medusa' (vllm-spec-medusa 0.1.0)"
 
@@ -30,7 +30,7 @@ def _vllm_minor() -> tuple[int, int]:
 def ours(tiny, broken_plugin_path):
     spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
     return run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                      env=with_pythonpath(broken_plugin_path))
+                      env={**with_pythonpath(broken_plugin_path), **POLICY_OFF})
 
 
 def test_plain_vllm_starts_with_a_broken_plugin_installed(baseline):
@@ -78,7 +78,7 @@ def test_old_layout_with_biases_matches_torch_reference(tiny, baseline, tmp_path
     trace = tmp_path / "trace"
     spec = {"model": str(tiny["medusa_old_bias"]), "num_speculative_tokens": 2, "method": "medusa"}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
     assert r.outputs == baseline.outputs
     assert INFO_LINE.format(tiny["medusa_old_bias"]) in r.log
     sd = torch.load(tiny["medusa_old_bias"] / "medusa_lm_head.pt", weights_only=True)
@@ -118,7 +118,7 @@ def test_requesting_a_broken_plugin_says_how_to_fix_or_skip_it(tiny, broken_plug
 def test_tensor_parallel_2_equals_tp1(tiny, baseline, ours):
     spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   tensor_parallel_size=2)
+                   tensor_parallel_size=2, env=POLICY_OFF)
     assert r.outputs == baseline.outputs
     assert r.accepted_per_pos == ours.accepted_per_pos
 
@@ -147,7 +147,7 @@ def test_lm_head_variants_match_torch_reference(tiny, baseline, tmp_path, ckpt):
     trace = tmp_path / "trace"
     spec = {"model": str(tiny[ckpt]), "num_speculative_tokens": 3}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
     assert r.outputs == baseline.outputs
     assert r.metrics["accepted"] > 0
     sd = _load_sd(tiny[ckpt])

@@ -1,0 +1,186 @@
+"""``make bench-policy``: the adaptive drafting policy against fixed K, vLLM's static schedule and n-gram.
+
+Rows (SmolLM2-135M-Instruct, held-out prompts, greedy; each row a persistent engine, timed
+phases interleaved round robin with the no-speculation row of the same group):
+
+* no speculation;
+* vLLM's own n-gram drafter (prompt lookup, what a CPU user would try first);
+* our EAGLE and our Medusa at fixed K (``VLLM_SPEC_PLUGINS_POLICY=off``: every step drafts K);
+* the same with vLLM's static ``num_speculative_tokens_per_batch_size`` schedule, tuned by hand
+  the way an operator would from the fixed-K rows of ``make bench``: speculation paid at
+  concurrency 1 and lost at 8, so K for batches of 1-2 requests and 0 from 3 up;
+* the same with our adaptive policy (the default: no flag, no tuning).
+
+Every row runs at concurrency 1, 4, 8 and 16. The CPU runtime is set up as vLLM prescribes
+(Intel OpenMP preloaded when ``.venv/lib/libiomp5.so`` exists: ``make setup`` installs it).
+Per adaptive row the policy's own statistics (what ``k`` it chose, at which batch sizes, its
+cost per decision) are read from ``VLLM_SPEC_PLUGINS_POLICY_STATS``.
+
+Writes ``bench/out/policy.json`` and ``bench/out/policy.md``.
+
+    python -m bench.policy            # full (about 30 minutes)
+    python -m bench.policy --quick    # one repetition, fewer tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.run import DRAFTS, OUT, ROOT, held_out_prompt_ids, run_group, summarize, vllm_minor
+
+
+def cpu_runtime_env() -> dict[str, str]:
+    """What vLLM's CPU docs prescribe for speculative decoding: Intel OpenMP in ``LD_PRELOAD``."""
+    lib = ROOT / ".venv" / "lib" / "libiomp5.so"
+    return {"LD_PRELOAD": str(lib)} if lib.exists() else {}
+
+
+def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
+    med, eag = DRAFTS / "smollm2-medusa", DRAFTS / "smollm2-eagle"
+    fixed = {"VLLM_SPEC_PLUGINS_POLICY": "off"}
+    rows: dict[str, dict] = {
+        "no speculation": {"spec": None, "env": {}},
+        "vLLM n-gram": {"spec": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                                 "prompt_lookup_min": 2}, "env": {}},
+    }
+    for kind, path, k, extra in (("EAGLE", eag, k_eagle, {"method": "eagle"}), ("Medusa", med, k_medusa, {})):
+        spec = {"model": str(path), "num_speculative_tokens": k, **extra}
+        rows[f"our {kind}, fixed K={k}"] = {"spec": spec, "env": fixed}
+        rows[f"our {kind}, vLLM static schedule"] = {
+            "spec": {**spec, "num_speculative_tokens_per_batch_size": [[1, 2, k], [3, 256, 0]]}, "env": {}}
+        rows[f"our {kind}, adaptive policy"] = {
+            "spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{kind.lower()}.json")}}
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.policy", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one repetition, 64 tokens, concurrency 1 and 8")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--prompts-c1", type=int, default=3)
+    ap.add_argument("--prompts-cn", type=int, default=1)
+    ap.add_argument("--k-medusa", type=int, default=2)
+    ap.add_argument("--k-eagle", type=int, default=2)
+    ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
+    ap.add_argument("--no-iomp", action="store_true", help="do not preload Intel OpenMP")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.max_tokens, args.concurrency = 1, 64, [1, 8]
+    from bench.smollm2 import ensure_smollm2
+
+    target = ensure_smollm2()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stats_dir = args.out / "policy-stats"
+    stats_dir.mkdir(exist_ok=True)
+    log_dir = args.out / "logs"
+    log_dir.mkdir(exist_ok=True)
+    rows = rows_for(args.k_medusa, args.k_eagle, stats_dir)
+    runtime = {} if args.no_iomp else cpu_runtime_env()
+    for r in rows.values():
+        r["env"] = {**runtime, **r["env"]}
+    n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
+    prompts, _ = held_out_prompt_ids(target, n_prompts)
+    groups = [["no speculation", "vLLM n-gram"] + [n for n in rows if "EAGLE" in n],
+              ["no speculation"] + [n for n in rows if "Medusa" in n]]
+    if args.only:
+        groups = [g for g in groups if any(args.only in n for n in g)]
+    t0 = time.perf_counter()
+    results = []
+    for gi, names in enumerate(groups):
+        print(f"group {gi + 1}/{len(groups)}: {', '.join(names)}", flush=True)
+        g = run_group(names, rows, target, prompts, args, log_dir)
+        for c in args.concurrency:
+            base = g["phases"][("no speculation", c)]
+            for name in names:
+                if name == "no speculation" and gi > 0:
+                    continue
+                s = summarize(name, g["phases"][(name, c)], base, len(base[0]["outputs"]))
+                s.update(concurrency=c, group=gi + 1, start_seconds=g["starts"][name])
+                results.append(s)
+    stats = {}
+    for kind in ("eagle", "medusa"):
+        p = stats_dir / f"{kind}.json"
+        if p.exists():
+            stats[kind] = json.loads(p.read_text())
+    report = {
+        "command": "python -m bench.policy" + (" --quick" if args.quick else ""),
+        "vllm": vllm_minor(),
+        "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
+                     "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "cpu_runtime": runtime,
+                     "dtype": "float32", "enforce_eager": True},
+        "rows": results,
+        "policy_stats": stats,
+        "targets": targets(results),
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    (args.out / "policy.json").write_text(json.dumps(report, indent=1))
+    md = markdown(report)
+    (args.out / "policy.md").write_text(md)
+    print(md)
+    return 0
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """The issue's goals, per drafter and concurrency: adaptive vs the better of no spec and fixed K."""
+    out = []
+    by = {(r["row"], r["concurrency"]): r for r in rows}
+    for kind in ("EAGLE", "Medusa"):
+        for (name, c), r in sorted(by.items(), key=lambda x: x[0][1]):
+            if name != f"our {kind}, adaptive policy":
+                continue
+            fixed = next((v for (n, cc), v in by.items() if cc == c and n.startswith(f"our {kind}, fixed")), None)
+            if fixed is None:
+                continue
+            best = max(1.0, fixed["speedup"])
+            out.append({"drafter": kind, "concurrency": c, "adaptive_vs_no_spec": r["speedup"],
+                        "fixed_vs_no_spec": fixed["speedup"],
+                        "adaptive_vs_better_of_no_spec_and_fixed": r["speedup"] / best})
+    return out
+
+
+def markdown(report: dict) -> str:
+    s = report["settings"]
+    lines = [
+        f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
+        f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
+        f"EAGLE K={s['k_eagle']}; CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
+        f"({report['wall_seconds'] / 60:.1f} min).",
+        "",
+        "| row | concurrency | tokens/s | speedup vs no spec (per rep) | mean acceptance length | outputs = no spec |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(report["rows"], key=lambda r: (r["concurrency"], r["group"])):
+        acc = r["mean_acceptance_length"]
+        per = ", ".join(f"{x:.2f}" for x in r["speedup_all"])
+        lines.append(f"| {r['row']} | {r['concurrency']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x ({per}) | "
+                     f"{'–' if acc is None else f'{acc:.2f}'} | {'yes' if r['outputs_equal_no_spec'] else 'NO'} |")
+    if report["targets"]:
+        lines += ["", "Adaptive policy against the goals (speedups are medians of per-repetition ratios):", "",
+                  "| drafter | concurrency | adaptive / no spec | fixed K / no spec | adaptive / better of (no spec, fixed K) |",
+                  "|---|---|---|---|---|"]
+        for t in report["targets"]:
+            lines.append(f"| {t['drafter']} | {t['concurrency']} | {t['adaptive_vs_no_spec']:.2f}x | "
+                         f"{t['fixed_vs_no_spec']:.2f}x | {t['adaptive_vs_better_of_no_spec_and_fixed']:.3f} |")
+    for kind, st in report["policy_stats"].items():
+        steps = max(st["steps"], 1)
+        chosen = ", ".join(f"b<={b}: k={v['best_k']}" for b, v in st["buckets"].items() if v["best_k"] is not None)
+        lines += ["", f"Policy ({kind}, whole run incl. warm-up): {st['steps']} steps, k chosen "
+                  + ", ".join(f"{k}: {100 * n / steps:.0f}%" for k, n in st["k_steps"].items())
+                  + f"; by batch size: {chosen}; probes {100 * st['probe_steps'] / steps:.1f}% of steps; "
+                  f"decision cost {st['decide_us_per_step']} us = "
+                  f"{st['decide_us_per_step'] / 1000 / max(st['mean_step_ms'], 1e-9):.5f} of a mean step "
+                  f"({st['mean_step_ms']} ms)."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
