@@ -1,4 +1,4 @@
-"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins."""
+"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins, show a ``policy`` run."""
 
 from __future__ import annotations
 
@@ -75,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="list installed drafter plugins")
     p_list.add_argument("--json", action="store_true", help="print JSON")
+    p_pol = sub.add_parser("policy", help="show what the adaptive drafting policy decided in a run "
+                           "(the file VLLM_SPEC_PLUGINS_POLICY_STATS named)")
+    p_pol.add_argument("stats", help="the policy statistics file (JSON)")
+    p_pol.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
+    if args.cmd == "policy":
+        return _policy(args.stats, args.json)
     if args.cmd == "list":
         from .manager import list_plugins
 
@@ -85,6 +91,24 @@ def main(argv: list[str] | None = None) -> int:
             print()
         else:
             print(format_table(plugins))
+    return 0
+
+
+def _policy(path: str, as_json: bool) -> int:
+    from .policy import format_summary
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"vllm-spec-plugins policy: cannot read {path}: {e}. Start vLLM with "
+              f"VLLM_SPEC_PLUGINS_POLICY_STATS={path} to have the policy write it.", file=sys.stderr)
+        return 2
+    if as_json:
+        json.dump(data, sys.stdout, indent=2)
+        print()
+    else:
+        print(format_summary(data))
     return 0
 
 

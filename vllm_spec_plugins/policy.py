@@ -478,3 +478,24 @@ class AdaptivePolicy:
             os.replace(tmp, self.stats_path)
         except OSError:
             pass
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A policy statistics file (:meth:`AdaptivePolicy.summary`) as text, for ``vllm-spec-plugins policy``."""
+    steps = max(s.get("steps", 0), 1)
+    lines = [
+        f"Drafting policy: {s['mode']}, k in 0..{s['k_max']}, {s['steps']} steps",
+        "  k chosen:   " + " | ".join(f"k={k}: {100 * n / steps:.1f}%" for k, n in s["k_steps"].items()),
+        f"  probes:     {100 * s['probe_steps'] / steps:.1f}% of steps; drafting turned off {s['switches_off']}x, "
+        f"on {s['switches_on']}x; drafts of failing requests skipped {s['request_cuts']}x",
+        "  acceptance: " + " / ".join(f"{a:.2f}" for a in s["acceptance_per_position"])
+        + " (per draft position, given the previous ones were accepted)",
+        f"  cost:       {s['decide_us_per_step']} us per decision; mean timed step {s['mean_step_ms']} ms",
+    ]
+    if s.get("buckets"):
+        lines += ["", f"  {'batch size':<11} {'best k':<7} {'step ms by k':<36} {'expected speedup by k'}"]
+        for b, v in s["buckets"].items():
+            ms = ", ".join(f"{k}: {t}" for k, t in v["step_ms"].items()) or "-"
+            sp = ", ".join(f"{k}: {x}x" for k, x in v["expected_speedup"].items()) or "-"
+            lines.append(f"  {'<= ' + b:<11} {str(v['best_k']):<7} {ms:<36} {sp}")
+    return "\n".join(lines)

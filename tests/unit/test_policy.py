@@ -214,3 +214,21 @@ def test_summary_and_stats_file(tmp_path):
     assert sum(data["k_steps"].values()) == 500
     line = pol.summary_line()
     assert "over 500 steps" in line and "b<=16: k=0" in line
+
+
+def test_cli_policy_prints_a_stats_file(tmp_path, capsys):
+    from vllm_spec_plugins.cli import main
+
+    clock = Clock()
+    path = tmp_path / "stats.json"
+    pol = AdaptivePolicy(3, clock=clock, stats_path=str(path))
+    simulate(pol, clock, steps=400, b=16, cost=cpu_big_batch, alpha=lambda s: 0.4)
+    pol.write_stats()
+    assert main(["policy", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Drafting policy: adaptive, k in 0..3, 400 steps" in out
+    assert "<= 16       0" in out
+    assert main(["policy", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 400
+    assert main(["policy", str(tmp_path / "missing.json")]) == 2
+    assert "VLLM_SPEC_PLUGINS_POLICY_STATS=" in capsys.readouterr().err

@@ -489,3 +489,19 @@ def test_unsupported_vllm_refuses_only_plugin_drafts(eagle_host, tmp_path, monke
         assert calls == []
     else:
         assert wrapped(args, None, None) == "spec" and calls == [1]
+
+
+@pytest.mark.parametrize("value, match", [
+    ("sometimes", "VLLM_SPEC_PLUGINS_POLICY='sometimes': expected 'adaptive', 'off' or a number"),
+    ("5", "VLLM_SPEC_PLUGINS_POLICY=5 pins more draft tokens per step than num_speculative_tokens=3"),
+])
+def test_finalize_refuses_a_bad_policy_setting(host, monkeypatch, value, match):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY", value)
+    with pytest.raises(PluginContractError, match=match):
+        finalize_spec(host, spec_for(num_heads=4), None, True)
+
+
+@pytest.mark.parametrize("value", ["off", "adaptive", "2"])
+def test_finalize_accepts_policy_settings(host, monkeypatch, value):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY", value)
+    assert finalize_spec(host, spec_for(num_heads=4), None, True).method == "draft_model"

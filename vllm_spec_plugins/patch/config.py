@@ -236,6 +236,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 plugin_name=drafter.name, dist=drafter.display_dist)
         else:
             hf.eagle_aux_hidden_state_layer_ids = list(ids)
+    _check_policy_env(drafter, k)
     if drafter.position_free:
         dmc.max_model_len = spec.target_model_config.max_model_len
     setattr(hf, PLUGIN_ATTR, drafter.name)
@@ -243,6 +244,23 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     setattr(hf, ARCH_ATTR, next((a for a in archs if a in drafter.architectures), drafter.architectures[0]))
     logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.name, drafter.display_dist)
     return spec
+
+
+def _check_policy_env(drafter: Drafter, k: int | None) -> None:
+    """Refuse a bad ``VLLM_SPEC_PLUGINS_POLICY`` here, in process 0, with the variable named (the
+    scheduler that reads it runs in the engine core, where an error would be harder to read)."""
+    from ..policy import ENV_POLICY, PolicySettings
+
+    try:
+        settings = PolicySettings.from_env()
+    except ValueError as e:
+        raise PluginContractError(f"vllm_spec_plugins: {e}", plugin_name=drafter.name,
+                                  dist=drafter.display_dist) from None
+    if settings.mode == "pinned" and k is not None and (settings.pin or 0) > k:
+        raise PluginContractError(
+            f"vllm_spec_plugins: {ENV_POLICY}={settings.pin} pins more draft tokens per step than "
+            f"num_speculative_tokens={k}; pass --spec-tokens {settings.pin} or pin {k} or fewer",
+            plugin_name=drafter.name, dist=drafter.display_dist)
 
 
 def _version_error(model: str | None, plugin: str) -> UnsupportedVllmError:

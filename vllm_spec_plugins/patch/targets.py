@@ -42,6 +42,7 @@ _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _DRAFT = "vllm.v1.spec_decode.draft_model"
 _REGISTRY = "vllm.model_executor.models.registry"
+_SCHED = "vllm.v1.core.sched.scheduler"
 
 TARGETS: tuple[Target, ...] = (
     # --- config / engine args -------------------------------------------------
@@ -258,6 +259,50 @@ TARGETS: tuple[Target, ...] = (
         "EAGLEConfig",
         kind="class",
         why="patch 1: attention drafters are matched on the architecture names EAGLEConfig gives",
+    ),
+    # --- scheduler: the adaptive drafting policy (patch 8-12, scheduler.py) ------------
+    Target(
+        _SCHED,
+        "Scheduler.__init__",
+        params=("self", "vllm_config"),
+        why="patch 8 (scheduler.py): attach the adaptive policy as the scheduler's dynamic_sd_lookup",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.dynamic_sd_lookup",
+        kind="attribute",
+        why="patch 8: read as lookup[number of scheduled requests] once per step to set num_spec_tokens_to_schedule",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.schedule",
+        params=("self",),
+        why="patch 9 (scheduler.py): start of a step (timing); per-request cuts of request.spec_token_ids",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.make_spec_decoding_stats",
+        params=("self", "spec_decoding_stats", "num_draft_tokens", "num_accepted_tokens",
+                "num_invalid_spec_tokens", "request_id"),
+        why="patch 10 (scheduler.py): per-request acceptance fed to the policy",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.update_from_output",
+        params=("self", "scheduler_output", "model_runner_output"),
+        why="patch 11 (scheduler.py): end of a step (timing, shape of the step)",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.shutdown",
+        params=("self",),
+        why="patch 12 (scheduler.py): the policy's summary line and stats file at shutdown",
+    ),
+    Target(
+        "vllm.v1.core.sched.output",
+        "SchedulerOutput.num_spec_tokens_to_schedule",
+        kind="attribute",
+        why="patches 8/11: the per-step k the runner passes to propose (and async placeholders are sized by)",
     ),
     Target(
         "vllm.model_executor.models.medusa",
