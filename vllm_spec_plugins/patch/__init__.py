@@ -65,6 +65,33 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    Why: the ``reset`` preemption policy needs to know which requests resumed.
    How: after the original, reset state of ``scheduled_cached_reqs.resumed_req_ids``.
    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py (keep policy).
+8. ``vllm.v1.core.sched.scheduler.Scheduler.__init__`` — :mod:`.scheduler`
+   Why: vLLM drafts ``num_speculative_tokens`` at every step unless the user hand-tunes a
+   static batch-size schedule; the adaptive drafting policy (:mod:`vllm_spec_plugins.policy`,
+   docs/adaptive-policy.md) decides ``k`` per step from what it measures. How: after the
+   original, for a plugin spec without ``num_speculative_tokens_per_batch_size`` (that
+   schedule wins, logged), without data parallelism and with ``VLLM_SPEC_PLUGINS_POLICY``
+   not ``off``: set ``dynamic_sd_lookup`` (vLLM's dense batch-size -> k list, read once per
+   step into ``SchedulerOutput.num_spec_tokens_to_schedule``) to an object whose look-up
+   asks the policy. Never raises (a failure logs and leaves vLLM's behaviour). Remove when:
+   vLLM has a pluggable draft-length policy. Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/test_policy_engine.py, tests/unit/test_policy.py.
+9. ``Scheduler.schedule`` — :mod:`.scheduler`
+   Why: the policy times whole steps and skips the drafts of requests whose drafts keep
+   failing. How: before the original, start the step clock and slice
+   ``request.spec_token_ids`` of such requests to ``[]`` (new lists; async placeholders are
+   shared). Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+10. ``Scheduler.make_spec_decoding_stats`` — :mod:`.scheduler`
+    Why: per-request acceptance (it receives ``request_id``, drafts, accepted). How: feed
+    the policy, then call the original unchanged (metrics stay vLLM's). Supported vLLM:
+    0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+11. ``Scheduler.update_from_output`` — :mod:`.scheduler`
+    Why: end of a step: its wall time and shape (batch size, k drafted and verified, prefill
+    or not). How: read the shape before, time after the original. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_policy_engine.py.
+12. ``Scheduler.shutdown`` — :mod:`.scheduler`
+    Why: the policy's summary line and statistics file. How: before the original.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the file), by hand (the line).
 
 Not a patch, but vLLM internals the runtime relies on: for attention drafters that
 consume chosen target layers (method ``eagle3``), vLLM's ``SpecDecodeBaseProposer.propose``
