@@ -180,6 +180,8 @@ class AdaptivePolicy:
         self.request_cuts = 0
         self.decide_seconds = 0.0
         self.decide_calls = 0
+        self.host_seconds = 0.0
+        """All host time the policy and its scheduler hooks spent (added by the hooks)."""
         self.step_seconds = 0.0
         self.timed_steps = 0
         self._drafting = k_max > 0 if self.cfg.mode != "pinned" else bool(self.cfg.pin)
@@ -239,7 +241,9 @@ class AdaptivePolicy:
         k = self._decide(b)
         self.prev_k, self.k = self.k, k
         self.k_steps[k] += 1
-        self.decide_seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.decide_seconds += dt
+        self.host_seconds += dt
         self.decide_calls += 1
         return k
 
@@ -439,7 +443,10 @@ class AdaptivePolicy:
             "request_cuts": self.request_cuts,
             "acceptance_per_position": [round(a, 4) for a in self.alphas()],
             "decide_us_per_step": round(1e6 * self.decide_seconds / max(self.decide_calls, 1), 2),
+            "host_us_per_step": round(1e6 * self.host_seconds / max(self.decide_calls, 1), 2),
             "mean_step_ms": round(1e3 * self.step_seconds / max(self.timed_steps, 1), 3),
+            "cost_per_step_ratio": round(self.host_seconds / max(self.decide_calls, 1)
+                                         / max(self.step_seconds / max(self.timed_steps, 1), 1e-12), 6),
             "buckets": {},
         }
         for bucket in sorted(self.buckets):
@@ -465,7 +472,8 @@ class AdaptivePolicy:
         return (f"vllm_spec_plugins: adaptive policy ({s['mode']}) over {s['steps']} steps: {ks or 'no steps'}; "
                 f"chosen by batch size: {best or 'n/a'}; drafting turned off {s['switches_off']}x, on "
                 f"{s['switches_on']}x; probes {100 * s['probe_steps'] / steps:.1f}% of steps; acceptance per "
-                f"position {al}; {s['decide_us_per_step']} us per decision")
+                f"position {al}; {s['host_us_per_step']} us host time per step "
+                f"({100 * s['cost_per_step_ratio']:.3f}% of a step)")
 
     def write_stats(self) -> None:
         if not self.stats_path:
@@ -490,7 +498,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"on {s['switches_on']}x; drafts of failing requests skipped {s['request_cuts']}x",
         "  acceptance: " + " / ".join(f"{a:.2f}" for a in s["acceptance_per_position"])
         + " (per draft position, given the previous ones were accepted)",
-        f"  cost:       {s['decide_us_per_step']} us per decision; mean timed step {s['mean_step_ms']} ms",
+        f"  cost:       {s.get('host_us_per_step', s['decide_us_per_step'])} us of host time per step "
+        f"({s.get('cost_per_step_ratio', 0):.5f} of a mean timed step of {s['mean_step_ms']} ms); "
+        f"{s['decide_us_per_step']} us of it deciding",
     ]
     if s.get("buckets"):
         lines += ["", f"  {'batch size':<11} {'best k':<7} {'step ms by k':<36} {'expected speedup by k'}"]

@@ -14,6 +14,7 @@ one decision for every tensor-parallel rank.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import Any
 
 from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings
@@ -106,6 +107,7 @@ def _schedule_wrap(original):
     def schedule(self, *args, **kwargs):
         policy = policy_of(self)
         if policy is not None:
+            t = perf_counter()
             policy.begin_step()
             if policy.k > 0:
                 for req in self.running:
@@ -114,6 +116,7 @@ def _schedule_wrap(original):
                         k = policy.request_k(req.request_id, len(drafts))
                         if k < len(drafts):
                             req.spec_token_ids = drafts[:k]  # a new list: async placeholders are shared
+            policy.host_seconds += perf_counter() - t
         return original(self, *args, **kwargs)
 
     return schedule
@@ -124,8 +127,10 @@ def _stats_wrap(original):
                                  num_invalid_spec_tokens, request_id):
         policy = policy_of(self)
         if policy is not None:
+            t = perf_counter()
             invalid = (num_invalid_spec_tokens or {}).get(request_id, 0)
             policy.observe_request(request_id, num_draft_tokens - invalid, num_accepted_tokens)
+            policy.host_seconds += perf_counter() - t
         return original(self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens, num_invalid_spec_tokens,
                         request_id)
 
@@ -137,9 +142,13 @@ def _update_wrap(original):
         policy = policy_of(self)
         if policy is None:
             return original(self, scheduler_output, model_runner_output)
+        t = perf_counter()
         shape = step_shape(scheduler_output)
+        host = perf_counter() - t
         out = original(self, scheduler_output, model_runner_output)
+        t = perf_counter()
         policy.end_step(**shape)
+        policy.host_seconds += host + perf_counter() - t
         return out
 
     return update_from_output
