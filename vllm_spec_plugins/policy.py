@@ -178,6 +178,8 @@ class AdaptivePolicy:
         self.switches_off = 0
         self.switches_on = 0
         self.request_cuts = 0
+        self.verified_tokens = 0
+        self.accepted_tokens = 0
         self.decide_seconds = 0.0
         self.decide_calls = 0
         self.host_seconds = 0.0
@@ -376,6 +378,8 @@ class AdaptivePolicy:
         """One request's verification result in the step being finished."""
         if num_draft <= 0:
             return
+        self.verified_tokens += num_draft
+        self.accepted_tokens += num_accepted
         n = min(num_draft, self.k_max)
         a = max(0, min(num_accepted, n))
         self._seen_this_step.add(req_id)
@@ -441,6 +445,8 @@ class AdaptivePolicy:
             "switches_off": self.switches_off,
             "switches_on": self.switches_on,
             "request_cuts": self.request_cuts,
+            "verified_draft_tokens": self.verified_tokens,
+            "accepted_draft_tokens": self.accepted_tokens,
             "acceptance_per_position": [round(a, 4) for a in self.alphas()],
             "decide_us_per_step": round(1e6 * self.decide_seconds / max(self.decide_calls, 1), 2),
             "host_us_per_step": round(1e6 * self.host_seconds / max(self.decide_calls, 1), 2),

@@ -83,6 +83,15 @@ def test_drafting_turned_off_and_back_on_mid_request_output_unchanged(phased_run
     assert r.metrics["accepted"] > 0
 
 
+def test_vllm_spec_decode_metrics_stay_exact(phased_run):
+    """vLLM's counters count exactly the drafts that were verified: none for the k=0 steps."""
+    r, stats = phased_run
+    m = r.metrics
+    assert m["draft_tokens"] == stats["verified_draft_tokens"] > 0
+    assert m["accepted"] == stats["accepted_draft_tokens"] == sum(m["accepted_per_pos"])
+    assert m["draft_tokens"] <= K * m["drafts"]
+
+
 def test_accepted_drafts_follow_the_phases(phased_run):
     """Drafts were verified mostly while they were right: acceptance is high overall."""
     r, stats = phased_run

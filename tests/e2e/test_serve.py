@@ -15,6 +15,7 @@ import time
 import pytest
 import requests
 
+from tests.conftest import POLICY_OFF
 from vllm_spec_plugins.testing.engine import default_env
 
 
@@ -43,7 +44,8 @@ def server(request, tiny, tmp_path_factory):
            "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512", "--dtype", "float32",
            "--max-num-seqs", "4"]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=default_env(), stdout=log, stderr=subprocess.STDOUT)
+        # Every step drafts (policy off), so one short completion surely has accepted drafts to count.
+        proc = subprocess.Popen(cmd, env=default_env(POLICY_OFF), stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
         try:
