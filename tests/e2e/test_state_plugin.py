@@ -57,7 +57,7 @@ def test_preemption_happened_and_drafts_were_accepted(run):
 
 def test_state_seen_equals_what_each_request_generated(run):
     r, records = run
-    checked = 0
+    checked = drafted = 0
     for rec in records:
         for row, rid in enumerate(rec["req_ids"]):
             req = rid.split("-")[0]
@@ -73,9 +73,11 @@ def test_state_seen_equals_what_each_request_generated(run):
             if count:
                 assert last == out[count - 1]
                 assert int(rec["next_token_ids"][row]) == last
-                assert int(rec["drafts"][row, 0]) == last  # the drafts come from the carried state
+                if rec["drafts"].shape[1]:  # k=0 (the drafting policy's plain steps): state carried, no forward
+                    assert int(rec["drafts"][row, 0]) == last  # the drafts come from the carried state
+                    drafted += 1
             checked += 1
-    assert checked > 200
+    assert checked > 200 and drafted > 0
 
 
 def test_finished_and_aborted_requests_free_their_state(run):
