@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
+    ap.add_argument("--skip", nargs="*", default=[], help="leave out rows whose name contains one of these words")
     ap.add_argument("--no-iomp", action="store_true", help="do not preload Intel OpenMP")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
               ["no speculation"] + [n for n in rows if "Medusa" in n]]
     if args.only:
         groups = [g for g in groups if any(args.only in n for n in g)]
+    groups = [[n for n in g if not any(w in n for w in args.skip)] for g in groups]
     t0 = time.perf_counter()
     results = []
     for gi, names in enumerate(groups):

@@ -42,7 +42,7 @@ from typing import Any
 #: ``num_speculative_tokens``, as vLLM does), or an integer ``k`` (every step drafts ``k``).
 ENV_POLICY = "VLLM_SPEC_PLUGINS_POLICY"
 #: ``VLLM_SPEC_PLUGINS_POLICY_STATS``: a file the policy writes its decisions to (JSON),
-#: every second while it works and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
+#: every 5 seconds while it works and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
 ENV_STATS = "VLLM_SPEC_PLUGINS_POLICY_STATS"
 #: ``VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL``: least seconds between two INFO lines about
 #: drafting being turned off or on (default 10).
@@ -192,6 +192,9 @@ class AdaptivePolicy:
         self._last_stats_write = -math.inf
         self._seen_this_step: set[str] = set()
         self._cuts_this_step = 0
+        self._pmin_step = -1
+        self._pmin = 0.0
+        self._pooled1 = 0.5
 
     # -- estimates -----------------------------------------------------------
 
@@ -207,7 +210,39 @@ class AdaptivePolicy:
         return e
 
     def costs(self, bucket: int) -> dict[int, float]:
-        """Step-time estimates for every ``k`` of a bucket: measured cells, linear interpolation between them."""
+        """Step-time estimates for every ``k`` of a bucket.
+
+        Measured cells, linear interpolation between them; where the bucket has not measured
+        both ends (``0`` and ``K``), the cost *ratios* of the nearest bucket that has, anchored
+        on a cell measured here (so a batch size seen for the first time needs no exploration
+        of its own before a sensible choice: its probes refine it).
+        """
+        own = self._own_costs(bucket)
+        if 0 in own and self.k_max in own:
+            return own
+        ref = self._nearest_complete(bucket)
+        if ref is None:
+            return own
+        if own:
+            anchor = min(own)
+            scale = own[anchor] / ref[anchor]
+        else:
+            scale = 1.0  # relative units: only ratios matter for the choice
+        return {k: own.get(k, ref[k] * scale) for k in range(self.k_max + 1)}
+
+    def _nearest_complete(self, bucket: int) -> dict[int, float] | None:
+        best, dist = None, math.inf
+        for b in self.buckets:
+            if b == bucket:
+                continue
+            c = self._own_costs(b)
+            if 0 in c and self.k_max in c:
+                d = abs(math.log2(b) - math.log2(bucket))
+                if d < dist:
+                    best, dist = c, d
+        return best
+
+    def _own_costs(self, bucket: int) -> dict[int, float]:
         bk = self.buckets.get(bucket)
         if bk is None:
             return {}
@@ -256,18 +291,22 @@ class AdaptivePolicy:
         if cfg.mode == "pinned":
             return int(cfg.pin or 0)
         bucket = bucket_of(b)
-        bk = self.buckets.setdefault(bucket, _Bucket(interval=cfg.probe_interval))
+        bk = self.buckets.get(bucket)
+        if bk is None:
+            bk = self.buckets[bucket] = _Bucket(interval=cfg.probe_interval, next_probe=self.step + cfg.probe_interval)
         if self._probe_left > 0 and self._probe_bucket == bucket and self._probe_k is not None:
             self._probe_left -= 1
             self.probe_steps += 1
             return self._probe_k
         self._probe_left = 0
-        # Measure the user's K first, then plain decoding.
-        for k in (self.k_max, 0):
-            cell = bk.cells.get(k)
-            if cell is None or cell.n < cfg.min_samples:
-                return self._explore(bk, bucket, k, cfg.min_samples + 1)
         rates = self.rates(bucket)
+        if 0 not in rates or self.k_max not in rates:
+            # Nothing to go by (the first batch size seen): measure the user's K, then plain decoding.
+            for k in (self.k_max, 0):
+                cell = bk.cells.get(k)
+                if cell is None or cell.n < cfg.min_samples:
+                    return self._explore(bk, bucket, k, cfg.min_samples + 1)
+            rates = self.rates(bucket)
         best = max(rates, key=lambda k: (rates[k], -k))
         cur = bk.best if bk.best is not None else self.k
         if cur in rates and best != cur and rates[best] < rates[cur] * (1 + cfg.hysteresis):
@@ -342,9 +381,12 @@ class AdaptivePolicy:
         r.steps += 1
         if r.steps % self.cfg.request_probe_every == 0:
             return k
-        pooled = self.alphas()[0]
-        a1 = (r.s[0] + self.cfg.request_prior * pooled) / (r.n[0] + self.cfg.request_prior)
-        if a1 >= self._min_first_acceptance():
+        if self._pmin_step != self.step:  # once per step
+            self._pmin_step = self.step
+            self._pmin = self._min_first_acceptance()
+            self._pooled1 = self.acc_s[0] / self.acc_n[0]
+        a1 = (r.s[0] + self.cfg.request_prior * self._pooled1) / (r.n[0] + self.cfg.request_prior)
+        if a1 >= self._pmin:
             return k
         self.request_cuts += 1
         self._cuts_this_step += 1
@@ -415,13 +457,16 @@ class AdaptivePolicy:
         dt = now - start
         if dt <= 0:
             return
-        bk = self.buckets.setdefault(bucket_of(b), _Bucket(interval=self.cfg.probe_interval))
+        bk = self.buckets.get(bucket_of(b))
+        if bk is None:
+            bk = self.buckets[bucket_of(b)] = _Bucket(interval=self.cfg.probe_interval,
+                                                      next_probe=self.step + self.cfg.probe_interval)
         bk.cells.setdefault(k_drafted, _Cell()).add(dt, self.cfg.cost_ema)
         self.step_seconds += dt
         self.timed_steps += 1
         if self.step % 64 == 0:
             self._purge()
-        if self.stats_path and now - self._last_stats_write > 1.0:
+        if self.stats_path and now - self._last_stats_write > 5.0:
             self.write_stats()
 
     def forget(self, req_id: str) -> None:
@@ -459,13 +504,15 @@ class AdaptivePolicy:
             bk = self.buckets[bucket]
             costs = self.costs(bucket)
             base = costs.get(0)
+            al = self.alphas()
+            rates = {k: self.expected_tokens(al, k) / t for k, t in costs.items() if t > 0}
             out["buckets"][str(bucket)] = {
                 "best_k": bk.best,
                 "step_ms": {str(k): round(1e3 * c.ema, 3) for k, c in sorted(bk.cells.items())},
                 "samples": {str(k): c.n for k, c in sorted(bk.cells.items())},
                 "cost_ratio": {str(k): round(t / base, 3) for k, t in sorted(costs.items())} if base else {},
-                "expected_speedup": {str(k): round(r / self.rates(bucket)[0], 3)
-                                     for k, r in sorted(self.rates(bucket).items())} if base else {},
+                "expected_speedup": {str(k): round(r / rates[0], 3)
+                                     for k, r in sorted(rates.items())} if rates.get(0) else {},
             }
         return out
 

@@ -232,3 +232,15 @@ def test_cli_policy_prints_a_stats_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["steps"] == 400
     assert main(["policy", str(tmp_path / "missing.json")]) == 2
     assert "VLLM_SPEC_PLUGINS_POLICY_STATS=" in capsys.readouterr().err
+
+
+def test_a_new_batch_size_borrows_cost_ratios_instead_of_exploring():
+    clock = Clock()
+    pol = AdaptivePolicy(3, clock=clock)
+    simulate(pol, clock, steps=400, b=8, cost=cpu_big_batch, alpha=lambda s: 0.4)
+    assert pol.buckets[8].best == 0
+    out = simulate(pol, clock, steps=10, b=6, cost=cpu_big_batch, alpha=lambda s: 0.4, start=400)
+    assert out["ks"] == [0] * 10  # no forced measurement of K in the new bucket
+    # and its own probes later refine it with its own measurements
+    simulate(pol, clock, steps=300, b=6, cost=cpu_big_batch, alpha=lambda s: 0.4, start=410)
+    assert pol.buckets[6].cells[0].n >= 3 and any(k > 0 and c.n for k, c in pol.buckets[6].cells.items())
