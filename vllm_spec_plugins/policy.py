@@ -18,7 +18,8 @@ What it measures:
 * the wall time of whole engine steps (schedule to end of ``update_from_output``, or
   between two ``update_from_output`` calls when vLLM overlaps them), for steady pure-decode
   steps only (no prefill tokens, the drafts verified were made with the same ``k``), as
-  an exponential moving average per batch-size bucket and ``k``.
+  the lower quartile of the last 16 samples per batch-size bucket and ``k`` (steps slowed
+  down by something else on the machine do not count).
 
 Exploration: each batch-size bucket first measures the user's ``K`` and ``0``; later it
 probes another ``k`` for a couple of steps every ``probe_interval`` steps (doubling up to
@@ -77,8 +78,8 @@ class PolicySettings:
     """A request needs this many (decayed) observations of its own before it can be cut."""
     request_probe_every: int = 16
     """A cut request is verified again (full ``k``) once every so many of its steps."""
-    cost_ema: float = 0.25
-    """Weight of a new step-time sample in the moving average."""
+    cost_window: int = 16
+    """Step-time samples per ``(batch-size bucket, k)`` whose lower quartile is the cost estimate."""
     min_samples: int = 3
     """Steady samples of a ``(bucket, k)`` cell before it is trusted."""
     probe_steps: int = 2
@@ -117,12 +118,27 @@ class PolicySettings:
 
 @dataclass
 class _Cell:
-    ema: float = 0.0
-    n: int = 0
+    """Step times of one ``(bucket, k)``: the lower quartile of the last ``window`` steady samples.
 
-    def add(self, t: float, w: float) -> None:
-        self.ema = t if self.n == 0 else (1 - w) * self.ema + w * t
+    Something else on the machine (another process, a garbage collection, a page fault)
+    only ever makes a step slower, so a low quantile of recent samples tracks what the
+    step itself costs; a mean, or even a median, of a few samples lets a burst of such
+    steps make one ``k`` look expensive for as long as that ``k`` is rarely sampled.
+    """
+
+    window: int = 16
+    samples: list[float] = field(default_factory=list)
+    n: int = 0
+    ema: float = 0.0
+    """The current estimate (the lower quartile of the window)."""
+
+    def add(self, t: float) -> None:
+        self.samples.append(t)
+        if len(self.samples) > self.window:
+            del self.samples[0]
         self.n += 1
+        ordered = sorted(self.samples)
+        self.ema = ordered[(len(ordered) - 1) // 4]
 
 
 @dataclass
@@ -461,7 +477,7 @@ class AdaptivePolicy:
         if bk is None:
             bk = self.buckets[bucket_of(b)] = _Bucket(interval=self.cfg.probe_interval,
                                                       next_probe=self.step + self.cfg.probe_interval)
-        bk.cells.setdefault(k_drafted, _Cell()).add(dt, self.cfg.cost_ema)
+        bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window)).add(dt)
         self.step_seconds += dt
         self.timed_steps += 1
         if self.step % 64 == 0:

@@ -244,3 +244,17 @@ def test_a_new_batch_size_borrows_cost_ratios_instead_of_exploring():
     # and its own probes later refine it with its own measurements
     simulate(pol, clock, steps=300, b=6, cost=cpu_big_batch, alpha=lambda s: 0.4, start=410)
     assert pol.buckets[6].cells[0].n >= 3 and any(k > 0 and c.n for k, c in pol.buckets[6].cells.items())
+
+
+def test_steps_slowed_by_something_else_do_not_mislead_it():
+    """15 % of steps take 5x longer (another process on the machine), whatever k was."""
+    rng = random.Random(7)
+
+    def noisy(b, kv, kd):
+        return gpu_like(b, kv, kd) * (5.0 if rng.random() < 0.15 else 1.0)
+
+    clock = Clock()
+    pol = AdaptivePolicy(3, clock=clock)
+    out = simulate(pol, clock, steps=2000, b=1, cost=noisy, alpha=lambda s: 0.8)
+    assert pol.buckets[1].best == 3
+    assert out["ks"][-500:].count(3) > 450
