@@ -1,4 +1,11 @@
-"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins."""
+"""``vllm-spec-plugins`` command line.
+
+* ``list``: the installed drafter plugins (reads registrations only; imports no model code);
+* ``check CHECKPOINT [--target TARGET]``: which plugin serves a draft checkpoint and whether it
+  would load, without starting an engine;
+* ``doctor``: vLLM version and build, the vLLM symbols the shim relies on, every plugin's health;
+* ``new NAME``: write a plugin distribution to start from.
+"""
 
 from __future__ import annotations
 
@@ -75,7 +82,47 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="list installed drafter plugins")
     p_list.add_argument("--json", action="store_true", help="print JSON")
+    p_check = sub.add_parser("check", help="check a draft checkpoint against the installed plugins, no engine")
+    p_check.add_argument("checkpoint", help="draft checkpoint folder (with config.json)")
+    p_check.add_argument("--target", help="target checkpoint folder or id: fill sizes from it, build the engine "
+                                          "config as an engine start would, and load the draft on CPU")
+    p_check.add_argument("--method", help='the "method" you pass in speculative_config (a plugin name or vLLM\'s)')
+    p_check.add_argument("--spec-tokens", type=int, help="num_speculative_tokens (default: the most the draft supports)")
+    p_check.add_argument("--json", action="store_true", help="print JSON")
+    p_doc = sub.add_parser("doctor", help="vLLM version and build, shim compatibility, plugin health, conflicts")
+    p_doc.add_argument("--json", action="store_true", help="print JSON")
+    p_new = sub.add_parser("new", help="write a new plugin distribution (a working template) to start from")
+    p_new.add_argument("name", help="plugin name, e.g. 'mydraft' (distribution vllm-spec-mydraft)")
+    p_new.add_argument("--dir", default=".", help="parent folder (default: the current one)")
     args = parser.parse_args(argv)
+    if args.cmd in ("check", "doctor"):
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout for the report
+        from . import diagnose
+
+        if args.cmd == "check":
+            rep = diagnose.check_checkpoint(args.checkpoint, args.target, method=args.method,
+                                            num_speculative_tokens=args.spec_tokens)
+        else:
+            rep = diagnose.doctor()
+        if args.json:
+            json.dump(rep.to_dict(), sys.stdout, indent=2, default=str)
+            print()
+        else:
+            print(rep.format())
+        return 0 if rep.ok else 1
+    if args.cmd == "new":
+        from .template import write_plugin
+
+        try:
+            path = write_plugin(args.name, args.dir)
+        except (ValueError, FileExistsError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {path}\nnext: pip install -e {path} && vllm-spec-plugins list && "
+              f"pytest {path}/tests")
+        return 0
     if args.cmd == "list":
         from .manager import list_plugins
 
