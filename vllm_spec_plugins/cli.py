@@ -24,7 +24,7 @@ def _drafter_dict(d: Drafter) -> dict:
         "model_class": d.model_class,
         "config_class": d.config_class,
         "extra_inputs": [
-            {"name": e.name, "source": e.source.value, "shape": list(e.shape), "dtype": e.dtype,
+            {"name": e.name, "source": e.source.value, "shape": None if e.shape is None else list(e.shape), "dtype": e.dtype,
              **({"state": e.state} if e.state else {})}
             for e in d.extra_inputs
         ],
@@ -48,7 +48,10 @@ def plugin_dict(p: PluginInfo) -> dict:
     }
 
 
-def _shape(shape: tuple) -> str:
+def _shape(shape: tuple | None) -> str:
+    """``[hidden_size]``; ``[]`` one scalar per row; ``[*]`` not checked (``shape=None``)."""
+    if shape is None:
+        return "[*]"
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
@@ -67,7 +70,8 @@ def format_table(plugins: list[PluginInfo]) -> str:
                 rows.append((p.name, p.dist or "-", p.version or "-", "(none registered)", "-", "-"))
                 continue
             archs = ", ".join(d.architectures) + (f" (model_type {d.model_type})" if d.model_type else "")
-            extras = ", ".join(f"{e.name}<-{e.state or e.source.value}{_shape(e.shape)}" for e in d.extra_inputs)
+            extras = ", ".join(f"{e.name}<-{e.state}" if e.state else f"{e.name}<-{e.source.value}{_shape(e.shape)}"
+                               for e in d.extra_inputs)
             state = ", ".join(f"{s.name}{_shape(s.shape)} {s.dtype} {s.on_preempt}" for s in d.state)
             rows.append((p.name, p.dist or "-", p.version or "-", f"{archs} [{d.kind}]", extras or "-", state or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

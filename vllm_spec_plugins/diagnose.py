@@ -316,7 +316,7 @@ def _check_bindings(rep: Report, d: Drafter, cls: type, hf: Any, hidden: int | N
         resolved = [f"{s.name} {_fmt_shape(resolve_shape(d, hf, s.shape, f'state {s.name!r}'))} {s.dtype}"
                     for s in d.state]
         resolved += [f"{e.name} {_fmt_shape(resolve_shape(d, hf, e.shape, f'extra input {e.name!r}'))}"
-                     for e in d.extra_inputs if e.shape]
+                     for e in d.extra_inputs if e.shape is not None and e.source is not Source.STATE]
         if d.aux_layer_ids and d.kind == "heads" and not aux:
             raise PluginContractError(f"plugin {d.name!r} reads target layer ids from config key "
                                       f"{d.aux_layer_ids!r}, which the config does not set")

@@ -82,7 +82,7 @@ def test_old_layout_with_biases_matches_torch_reference(tiny, baseline, tmp_path
     assert r.outputs == baseline.outputs
     assert INFO_LINE.format(tiny["medusa_old_bias"]) in r.log
     sd = torch.load(tiny["medusa_old_bias"] / "medusa_lm_head.pt", weights_only=True)
-    records = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(trace / "*.pt")))]
+    records = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(trace / "*.pt")))]
     assert records, "no drafting step was traced"
     compared = differs_without_bias = 0
     for rec in records:
@@ -133,7 +133,7 @@ def _load_sd(path):
 
 
 def _traced(trace):
-    records = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(trace / "*.pt")))]
+    records = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(trace / "*.pt")))]
     assert records, "no drafting step was traced"
     return records
 

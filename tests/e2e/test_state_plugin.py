@@ -43,7 +43,7 @@ def run(tiny, tmp_path_factory):
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS8, max_tokens=MAX_TOKENS,
                    schedule=SCHEDULE, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
                    llm_kwargs={"num_gpu_blocks_override": 3, "max_num_seqs": 4, "max_model_len": 256})
-    records = [torch.load(f, weights_only=False) for f in sorted(glob.glob(str(trace / "*.pt")))]
+    records = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(trace / "*.pt")))]
     return r, records
 
 
@@ -84,3 +84,22 @@ def test_finished_and_aborted_requests_free_their_state(run):
     assert [r.split("-")[0] for r in last["req_ids"]] == ["7"]
     assert last["live_state_slots"] == 1
     assert max(rec["live_state_slots"] for rec in records) <= 2 * 4
+
+
+def test_trace_schema_records_the_state_carry_hook(run):
+    """Schema 2: the hook's inputs (state before the step) and outputs, and the state forward saw."""
+    _, records = run
+    hooked = 0
+    for rec in records:
+        assert rec["schema"] == 2 and rec["plugin"] == "statetest" and rec["kind"] == "heads"
+        assert all(isinstance(r, str) for r in rec["req_ids"])
+        assert set(rec["hook_inputs"]) == {"acc", "sampled", "num_new"} and set(rec["hook_outputs"]) == {"acc"}
+        assert torch.equal(rec["hook_inputs"]["num_new"], rec["valid_count"])
+        assert torch.equal(rec["hook_inputs"]["sampled"], rec["sampled_token_ids"])
+        produced = rec["valid_count"] > 0
+        # rows that produced tokens take the hook's output; the others keep the state they had
+        assert torch.equal(rec["state"]["acc"][produced], rec["hook_outputs"]["acc"][produced])
+        assert torch.equal(rec["state"]["acc"][~produced], rec["hook_inputs"]["acc"][~produced])
+        assert torch.equal(rec["inputs"]["acc"], rec["state"]["acc"])
+        hooked += int(produced.sum())
+    assert hooked > 200

@@ -155,3 +155,40 @@ def test_harness_refuses_attention_drafters(ck, tmp_path):
     eagle = make_tiny_eagle(tmp_path / "tiny-eagle-1", ck["target"])
     with pytest.raises(ValueError, match="DrafterHarness runs heads drafters; plugin 'eagle'"):
         DrafterHarness(ck["target"], eagle, num_speculative_tokens=2)
+
+
+@pytest.fixture(scope="module")
+def recurrent(ck):
+    d = ck["target"].parent / "recurrent"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "vsp_recurrent_test", "hidden_size": 128,
+                                               "vocab_size": 259, "architectures": ["RecurrentTestDrafter"],
+                                               "num_heads": 3}))
+    save_file({"h0": torch.tensor([0, 777])}, str(d / "model.safetensors"))
+    return d
+
+
+def test_harness_api2_token_sources_and_learned_init(ck, recurrent):
+    """API 2: the state starts from the checkpoint's h0 and the hook folds the scheduled tokens (prompt
+    included) that stay in each request's sequence."""
+    from vsp_recurrent_drafter.model import replay
+
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], recurrent, num_speculative_tokens=3)
+    assert h.drafter.api == 2
+    h0 = [0, 777]
+    # prefill: prompts of 4 and 2 tokens are scheduled; each produced one token
+    pa, pb = [1, 50, 60, 70], [1, 33]
+    out = h.step(["a", "b"], sampled=[[9], [8]], query_lens=[4, 2], token_ids=pa + pb)
+    assert out.hook_inputs["h"].tolist() == [h0, h0]  # initialised from the model parameter
+    assert out.hook_inputs["num_sched"].tolist() == [4, 2] and out.hook_inputs["num_rej"].tolist() == [0, 0]
+    assert out.state["h"].tolist() == [replay(h0, pa), replay(h0, pb)]
+    # decode: "a" verifies [9, d1, d2, d3] and keeps 9 and d1 (2 rejected); "b" keeps only 8 (3 rejected)
+    out = h.step(["a", "b"], sampled=[[11, 12, -1, -1], [5, -1, -1, -1]], query_lens=[4, 4],
+                 token_ids=[9, 11, 40, 41, 8, 30, 31, 32], num_rejected=[2, 3])
+    assert out.state["h"].tolist() == [replay(h0, pa + [9, 11]), replay(h0, pb + [8])]
+    assert out.drafts.tolist() == [[12] * 3, [5] * 3]
+    # a partial prefill (no token produced) is folded too: the hook reads the scheduled tokens
+    out = h.step(["c"], sampled=[[-1]], num_new=[0], query_lens=[3], token_ids=[1, 2, 3])
+    assert out.state["h"].tolist() == [replay(h0, [1, 2, 3])]

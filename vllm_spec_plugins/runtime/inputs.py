@@ -24,6 +24,9 @@ SOURCE_DTYPE: dict[Source, str] = {
     Source.NUM_ACCEPTED: "int32",
     Source.NUM_NEW_TOKENS: "int32",
     Source.SAMPLED_TOKEN_IDS: "int32",
+    Source.TOKEN_IDS_ALL: "int32",
+    Source.NUM_SCHEDULED_TOKENS: "int32",
+    Source.NUM_REJECTED: "int32",
 }
 
 
@@ -114,7 +117,8 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
                                    s.dtype))
                 continue
             found = source_row_shape(e.source, hidden_size, num_aux, num_spec_tokens)
-            if e.shape and hf_config is not None:
+            # shape None: not checked; () in an API-1 plugin meant the same (API 2: one scalar per row)
+            if e.shape is not None and hf_config is not None and not (e.shape == () and d.api == 1):
                 declared = shape_of(d, hf_config, e.shape, f"extra input {e.name!r}")
                 if declared != found:
                     raise PluginContractError(

@@ -181,7 +181,7 @@ class DrafterHarness:
 
     def step(self, req_ids: list[str], *, sampled: Any = None, num_new: Any = None, query_lens: Any = None,
              hidden_states: Any = None, aux_hidden_states: Any = None, positions: Any = None,
-             seed: int | None = 0) -> StepResult:
+             token_ids: Any = None, num_rejected: Any = None, seed: int | None = 0) -> StepResult:
         """One drafting step over the requests ``req_ids`` (batch rows in this order).
 
         Args:
@@ -195,6 +195,9 @@ class DrafterHarness:
                 hidden]`` (default: random, from ``seed``).
             aux_hidden_states: one ``[num_tokens, hidden]`` tensor per chosen target layer.
             positions: position of every scheduled token (default: ``0..num_tokens-1``).
+            token_ids: the scheduled tokens' ids ``[num_tokens]`` (``TOKEN_IDS_ALL``; default: random).
+            num_rejected: per request, how many trailing scheduled tokens were rejected drafts
+                (``NUM_REJECTED``; default: none).
         """
         import torch
         from vllm.config import set_current_vllm_config
@@ -220,6 +223,11 @@ class DrafterHarness:
         hidden_states = torch.as_tensor(hidden_states, dtype=self.vllm_config.model_config.dtype)
         if positions is None:
             positions = torch.arange(T, dtype=torch.int64)
+        if token_ids is None:
+            token_ids = torch.randint(3, 200, (T,), generator=g)
+        token_ids = torch.as_tensor(token_ids, dtype=torch.int32)
+        if num_rejected is not None:
+            num_rejected = torch.as_tensor(num_rejected, dtype=torch.int32)
         last = torch.where(valid > 0, full.gather(1, (valid.long() - 1).clamp(min=0)[:, None])[:, 0],
                            torch.zeros_like(valid))
         p = self.proposer
@@ -236,8 +244,8 @@ class DrafterHarness:
             setattr(p.model, self.drafter.update_state, spy)
         try:
             with set_current_vllm_config(self.vllm_config):
-                drafts = p.propose(self.k, None, positions, hidden_states, last, None,
-                                   _AttnMeta(qsl, T), None)
+                drafts = p.propose(self.k, token_ids, positions, hidden_states, last, None,
+                                   _AttnMeta(qsl, T), None, num_rejected_tokens_gpu=num_rejected)
         finally:
             if p.update_bindings:
                 delattr(p.model, self.drafter.update_state)
