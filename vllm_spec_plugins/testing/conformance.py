@@ -82,12 +82,12 @@ def _tiny_target() -> Path:
     return _SHARED["target"]
 
 
-def _baseline(target: Path, prompts: list, max_tokens: int) -> Any:
+def _baseline(target: Path, prompts: list, max_tokens: int, timeout: float = 1200) -> Any:
     from .engine import run_engine
 
     key = (str(target), repr(prompts), max_tokens)
     if key not in _SHARED:
-        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens)
+        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens, timeout=timeout)
     return _SHARED[key]
 
 
@@ -121,6 +121,8 @@ class ConformanceSuite:
     """``"method"`` for the speculative config (e.g. the plugin name for configs vLLM would misroute)."""
     env: dict[str, str] = {}
     """Extra environment for the engines."""
+    timeout: float = 1200
+    """Seconds one engine run may take."""
 
     # -- what the author provides ---------------------------------------------------------
 
@@ -153,10 +155,10 @@ class ConformanceSuite:
         spec = {"model": str(draft), "num_speculative_tokens": self.num_speculative_tokens}
         if self.method:
             spec["method"] = self.method
-        baseline = _baseline(target, PROMPTS, MAX_TOKENS)
+        baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout)
         result = run_engine(target, speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
                             schedule=SCHEDULE, env={**self.env, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                            llm_kwargs=SMALL_CACHE)
+                            llm_kwargs=SMALL_CACHE, timeout=self.timeout)
         records = load_trace(trace)
         return {"target": target, "draft": draft, "spec": spec, "baseline": baseline, "result": result,
                 "records": records}
@@ -232,9 +234,9 @@ class ConformanceSuite:
         from .engine import run_engine
 
         prompts, n = PROMPTS[:4], 48
-        base = _baseline(vsp_run["target"], prompts, n)
+        base = _baseline(vsp_run["target"], prompts, n, self.timeout)
         r = run_engine(vsp_run["target"], speculative_config=vsp_run["spec"], prompts=prompts, max_tokens=n,
-                       tensor_parallel_size=2, env=dict(self.env))
+                       tensor_parallel_size=2, env=dict(self.env), timeout=self.timeout)
         assert r.outputs == base.outputs
         assert r.metrics.get("accepted", 0) > 0
 
