@@ -24,7 +24,8 @@ def _drafter_dict(d: Drafter) -> dict:
         "model_class": d.model_class,
         "config_class": d.config_class,
         "extra_inputs": [
-            {"name": e.name, "source": e.source.value, "shape": None if e.shape is None else list(e.shape), "dtype": e.dtype,
+            {"name": e.name, "source": e.source.value, "shape": None if e.shape is None else list(e.shape),
+             "dtype": e.dtype,
              **({"state": e.state} if e.state else {})}
             for e in d.extra_inputs
         ],
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("--target", help="target checkpoint folder or id: fill sizes from it, build the engine "
                                           "config as an engine start would, and load the draft on CPU")
     p_check.add_argument("--method", help='the "method" you pass in speculative_config (a plugin name or vLLM\'s)')
-    p_check.add_argument("--spec-tokens", type=int, help="num_speculative_tokens (default: the most the draft supports)")
+    p_check.add_argument("--spec-tokens", type=int,
+                         help="num_speculative_tokens (default: the most the draft supports)")
     p_check.add_argument("--json", action="store_true", help="print JSON")
     p_doc = sub.add_parser("doctor", help="vLLM version and build, shim compatibility, plugin health, conflicts")
     p_doc.add_argument("--json", action="store_true", help="print JSON")

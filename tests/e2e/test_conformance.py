@@ -1,8 +1,7 @@
-"""The test plugins through the conformance suite (vllm_spec_plugins.testing.conformance).
+"""The recurrent API-2 test plugin through the conformance suite (vllm_spec_plugins.testing.conformance).
 
-The state-carrying drafter (tests/plugins/state_drafter) with a replay of its state; the
-Medusa plugin's own use is plugins/medusa/tests/test_conformance.py, the template's
-tests/e2e/test_template.py.
+Other users of the suite: the state-carrying test plugin (tests/e2e/test_state_plugin.py), the
+Medusa plugin (plugins/medusa/tests/test_conformance.py) and the template (tests/e2e/test_template.py).
 """
 
 from __future__ import annotations
@@ -13,26 +12,6 @@ import torch
 from safetensors.torch import save_file
 
 from vllm_spec_plugins.testing.conformance import ConformanceSuite
-
-
-class TestStateDrafterConformance(ConformanceSuite):
-    num_speculative_tokens = 3
-
-    def make_draft(self, path, target):
-        path.mkdir(parents=True)
-        (path / "config.json").write_text(json.dumps({
-            "model_type": "vsp_state_test", "architectures": ["StateTestDrafter"], "hidden_size": 128,
-            "vocab_size": 259, "num_heads": 4}))
-        save_file({"one": torch.ones(1)}, str(path / "model.safetensors"))
-        return path
-
-    def reference(self, record, draft, target):
-        return record["state"]["acc"][:, 2:3].expand(-1, 3)  # it proposes the last token of its state
-
-    def replay_state(self, prompt, generated, draft):
-        from vsp_state_drafter.model import fold
-
-        return {"acc": torch.tensor([len(generated), fold(0, generated), generated[-1] if generated else 0])}
 
 
 class TestRecurrentDrafterConformance(ConformanceSuite):

@@ -127,5 +127,6 @@ def test_shape_display_none_vs_scalar():
     ))
     out = format_table([PluginInfo("x", "x_pkg", "x-dist", "1", (d,))])
     assert "a<-num_accepted[*], b<-num_new_tokens[]" in out
-    shapes = [e["shape"] for e in plugin_dict(PluginInfo("x", "x_pkg", "x-dist", "1", (d,)))["drafters"][0]["extra_inputs"]]
+    extras = plugin_dict(PluginInfo("x", "x_pkg", "x-dist", "1", (d,)))["drafters"][0]["extra_inputs"]
+    shapes = [e["shape"] for e in extras]
     assert shapes == [None, []]

@@ -132,7 +132,8 @@ def test_check_config_does_not_load(tmp_path, use_host):
 
 
 def test_check_conflict_and_unknown(tmp_path, use_host):
-    use_host(FakeEntryPoint("a", plugin_registering(heads("Twin"))), FakeEntryPoint("b", plugin_registering(heads("Twin"))))
+    use_host(FakeEntryPoint("a", plugin_registering(heads("Twin"))),
+             FakeEntryPoint("b", plugin_registering(heads("Twin"))))
     rep = diagnose.check_checkpoint(_ckpt(tmp_path, architectures=["Twin"], model_type="x"))
     sel = _by_check(rep)["select"]
     assert sel.status == "fail" and "claimed by plugin 'a'" in sel.detail and "plugin 'b'" in sel.detail
@@ -197,7 +198,8 @@ def test_manifest_holds_on_installed_vllm():
 def test_doctor(use_host, monkeypatch):
     use_host(FakeEntryPoint("good", plugin_registering(heads(model_class="tests.unit.toy_drafters:GoodDrafter",
                                                              **TOY, **STATEFUL)), dist="vsp-good", version="1"),
-             FakeEntryPoint("bad", plugin_registering(heads("BadHeads", model_class="tests.unit.toy_drafters:NeedsUnknown")),
+             FakeEntryPoint("bad", plugin_registering(heads("BadHeads",
+                                                            model_class="tests.unit.toy_drafters:NeedsUnknown")),
                             dist="vsp-bad", version="2"),
              FakeEntryPoint("broken", error=ImportError("no module named x"), dist="vsp-broken", version="3"),
              FakeEntryPoint("m1", plugin_registering(heads("MedusaModel"))),
@@ -207,7 +209,8 @@ def test_doctor(use_host, monkeypatch):
     assert items["vllm"].status == "ok" and "vLLM 0.32" in items["vllm"].detail
     assert items["shim"].status == "ok"
     assert items["plugin good"].status == "ok"
-    assert items["plugin bad"].status == "fail" and "'mystery_input', which nothing provides" in items["plugin bad"].detail
+    bad = items["plugin bad"]
+    assert bad.status == "fail" and "'mystery_input', which nothing provides" in bad.detail
     assert items["plugin broken"].status == "fail" and "vsp-broken 3" in items["plugin broken"].detail
     assert items["plugin m1"].status == "fail" and "toy_pkg.model:ToyHeads fails to import" in items["plugin m1"].detail
     assert items["conflict"].status == "fail" and "'MedusaModel' is claimed by plugin 'm1'" in items["conflict"].detail
