@@ -53,3 +53,11 @@ def test_base_request_id():
     assert trace.base_request_id("3-9f8e7d6c") == "3"
     assert trace.base_request_id("req-1-9f8e7d6c") == "req-1"
     assert trace.base_request_id("plain") == "plain"
+
+
+def test_sampled_token_ids_padded_to_k_plus_1(tmp_path):
+    p = _proposer(tmp_path)
+    p.num_speculative_tokens = 3
+    p._step["sampled_token_ids"] = torch.tensor([[5], [6], [7]], dtype=torch.int32)  # a step without drafts
+    rec = trace.build_record(p, 2, 3, torch.zeros(2, 3, dtype=torch.int64))
+    assert rec["sampled_token_ids"].tolist() == [[5, -1, -1, -1], [6, -1, -1, -1]]

@@ -39,7 +39,7 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | Non
         "req_ids": [str(r) for r in step.get("req_ids", [])[:B]],
         "drafts": drafts.detach().cpu().clone(),
         "valid_count": step["valid_count"][:B].detach().cpu().clone(),
-        "sampled_token_ids": None if sampled is None else sampled[:B].detach().cpu().clone(),
+        "sampled_token_ids": None if sampled is None else _padded(sampled[:B], getattr(p, "num_speculative_tokens", 0)),
         "live_state_slots": len(p.pool) if p.pool is not None else None,
         "inputs": copy_tensors(inputs),
         "state": ({name: p.buffers[("state", name)][:B].detach().cpu().clone() for name in p.pool.tensors}
@@ -52,6 +52,13 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | Non
     for name, value in (extra or {}).items():
         record.setdefault(name, copy_tensors({name: value})[name])
     return record
+
+
+def _padded(sampled: torch.Tensor, k: int) -> torch.Tensor:
+    """``[num_reqs, K + 1]``, -1 where nothing was produced (vLLM passes ``[num_reqs, 1]`` in steps without drafts)."""
+    out = torch.full((sampled.shape[0], max(k + 1, sampled.shape[1])), -1, dtype=sampled.dtype)
+    out[:, : sampled.shape[1]] = sampled.detach().cpu()
+    return out
 
 
 def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> str:
