@@ -8,6 +8,8 @@ ENV_ALLOW = "VLLM_SPEC_PLUGINS"
 ENV_TRACE_DIR = "VLLM_SPEC_PLUGINS_TRACE_DIR"
 """If set, every drafting step saves its inputs and drafts under this folder (debugging; syncs)."""
 ENV_SKIP_VERSION_CHECK = "VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK"
-API_VERSION = 1
-"""Version of the plugin API (hooks, dataclasses, model contract)."""
+API_VERSION = 2
+"""Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
+attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and
+``ExtraInput(shape=None)`` (not checked) vs ``shape=()`` (scalar, checked). API-1 plugins work unchanged."""
 SUPPORTED_VLLM = ((0, 32), (0, 33))

@@ -50,10 +50,20 @@ class Source(str, enum.Enum):
     """Tokens produced in this step, left-aligned, ``-1`` where rejected. ``[num_reqs, num_spec_tokens + 1]`` int32"""
     STATE = "state"
     """A carried per-request state (see :class:`StateSpec`); name it with ``state=``."""
+    TOKEN_IDS_ALL = "token_ids_all"
+    """API 2. Token ids of all scheduled tokens of the step, in batch order: a prefill row's prompt
+    chunk; a decode row's last token followed by the drafts being verified. ``[num_tokens]`` int32"""
+    NUM_SCHEDULED_TOKENS = "num_scheduled_tokens"
+    """API 2. How many of those token rows belong to each request (consecutive, in batch order).
+    ``[num_reqs]`` int32"""
+    NUM_REJECTED = "num_rejected"
+    """API 2. How many of a request's scheduled tokens (trailing drafts) were rejected: its first
+    ``num_scheduled_tokens - num_rejected`` tokens stay in its sequence. ``[num_reqs]`` int32"""
 
     @property
     def rows(self) -> Literal["request", "token"]:
-        return "token" if self in (Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL) else "request"
+        return "token" if self in (Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL,
+                                   Source.TOKEN_IDS_ALL) else "request"
 
 
 #: Forward parameter names the shim provides without any declaration.
@@ -76,9 +86,11 @@ class ExtraInput:
     """The forward (or ``update_state``) parameter that receives it."""
     source: Source
     """Where the shim takes it from."""
-    shape: tuple[Dim, ...] = ()
-    """Shape of one row: ints or draft-config attribute names, e.g. ``("hidden_size",)``.
-    Checked against what the source delivers when the drafter loads."""
+    shape: tuple[Dim, ...] | None = None
+    """Shape of one row: ints or draft-config attribute names, e.g. ``("hidden_size",)``; checked
+    against what the source delivers when the drafter loads. ``None`` (the default): not checked.
+    ``()``: one scalar per row, checked (API 2; a plugin declaring ``VLLM_SPEC_API = 1`` keeps the
+    API-1 meaning, where ``()`` was the default and meant "not checked")."""
     dtype: str = "model"
     """``"model"`` (the engine's dtype), or a torch dtype name such as ``"int32"``."""
     state: str | None = None
@@ -86,7 +98,8 @@ class ExtraInput:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", Source(self.source))
-        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(self.shape))
         if not _is_param_name(self.name):
             raise ValueError(f"ExtraInput name {self.name!r} is not a valid Python parameter name")
         if (self.source is Source.STATE) != (self.state is not None):
@@ -109,8 +122,10 @@ class StateSpec:
     """Shape of one request's state: ints or draft-config attribute names."""
     dtype: str = "model"
     """``"model"`` or a torch dtype name."""
-    init: float = 0.0
-    """Initial value of every element."""
+    init: float | str = 0.0
+    """Initial value: a number fills every element. API 2: a string names an attribute of the draft
+    model, read once after loading (and ``bind_target``): a tensor (a learned parameter or a buffer)
+    broadcastable to ``shape``, or a method ``() -> tensor`` (an init hook)."""
     on_preempt: PreemptPolicy = "keep"
     """``keep``: a preempted request resumes with its state. ``reset``: it starts again from ``init``."""
 
@@ -118,6 +133,9 @@ class StateSpec:
         object.__setattr__(self, "shape", tuple(self.shape))
         if not _is_param_name(self.name):
             raise ValueError(f"StateSpec name {self.name!r} is not a valid Python parameter name")
+        if isinstance(self.init, str) and not _is_param_name(self.init):
+            raise ValueError(f"StateSpec {self.name!r}: init {self.init!r} must be a number or the name of a "
+                             f"draft-model attribute")
         if self.on_preempt not in ("keep", "reset"):
             raise ValueError(f"StateSpec {self.name!r}: on_preempt must be 'keep' or 'reset', got {self.on_preempt!r}")
 
@@ -176,6 +194,8 @@ class Drafter:
     """Filled by the host: the plugin name (entry-point name) that registered it."""
     dist: str = ""
     """Filled by the host: ``distribution version`` of the plugin."""
+    api: int = 0
+    """Filled by the host: the ``VLLM_SPEC_API`` the plugin declares (``0``: registered outside a host)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "architectures", tuple(self.architectures))

@@ -1,4 +1,12 @@
-"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins, show a ``policy`` run."""
+"""``vllm-spec-plugins`` command line.
+
+* ``list``: the installed drafter plugins (reads registrations only; imports no model code);
+* ``check CHECKPOINT [--target TARGET]``: which plugin serves a draft checkpoint and whether it
+  would load, without starting an engine;
+* ``doctor``: vLLM version and build, the vLLM symbols the shim relies on, every plugin's health;
+* ``new NAME``: write a plugin distribution to start from;
+* ``policy FILE``: what the adaptive drafting policy decided in a run.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ def _drafter_dict(d: Drafter) -> dict:
         "model_class": d.model_class,
         "config_class": d.config_class,
         "extra_inputs": [
-            {"name": e.name, "source": e.source.value, "shape": list(e.shape), "dtype": e.dtype,
+            {"name": e.name, "source": e.source.value, "shape": None if e.shape is None else list(e.shape),
+             "dtype": e.dtype,
              **({"state": e.state} if e.state else {})}
             for e in d.extra_inputs
         ],
@@ -41,7 +50,10 @@ def plugin_dict(p: PluginInfo) -> dict:
     }
 
 
-def _shape(shape: tuple) -> str:
+def _shape(shape: tuple | None) -> str:
+    """``[hidden_size]``; ``[]`` one scalar per row; ``[*]`` not checked (``shape=None``)."""
+    if shape is None:
+        return "[*]"
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
@@ -60,7 +72,8 @@ def format_table(plugins: list[PluginInfo]) -> str:
                 rows.append((p.name, p.dist or "-", p.version or "-", "(none registered)", "-", "-"))
                 continue
             archs = ", ".join(d.architectures) + (f" (model_type {d.model_type})" if d.model_type else "")
-            extras = ", ".join(f"{e.name}<-{e.state or e.source.value}{_shape(e.shape)}" for e in d.extra_inputs)
+            extras = ", ".join(f"{e.name}<-{e.state}" if e.state else f"{e.name}<-{e.source.value}{_shape(e.shape)}"
+                               for e in d.extra_inputs)
             state = ", ".join(f"{s.name}{_shape(s.shape)} {s.dtype} {s.on_preempt}" for s in d.state)
             rows.append((p.name, p.dist or "-", p.version or "-", f"{archs} [{d.kind}]", extras or "-", state or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -75,6 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="list installed drafter plugins")
     p_list.add_argument("--json", action="store_true", help="print JSON")
+    p_check = sub.add_parser("check", help="check a draft checkpoint against the installed plugins, no engine")
+    p_check.add_argument("checkpoint", help="draft checkpoint folder (with config.json)")
+    p_check.add_argument("--target", help="target checkpoint folder or id: fill sizes from it, build the engine "
+                                          "config as an engine start would, and load the draft on CPU")
+    p_check.add_argument("--method", help='the "method" you pass in speculative_config (a plugin name or vLLM\'s)')
+    p_check.add_argument("--spec-tokens", type=int,
+                         help="num_speculative_tokens (default: the most the draft supports)")
+    p_check.add_argument("--json", action="store_true", help="print JSON")
+    p_doc = sub.add_parser("doctor", help="vLLM version and build, shim compatibility, plugin health, conflicts")
+    p_doc.add_argument("--json", action="store_true", help="print JSON")
+    p_new = sub.add_parser("new", help="write a new plugin distribution (a working template) to start from")
+    p_new.add_argument("name", help="plugin name, e.g. 'mydraft' (distribution vllm-spec-mydraft)")
+    p_new.add_argument("--dir", default=".", help="parent folder (default: the current one)")
     p_pol = sub.add_parser("policy", help="show what the adaptive drafting policy decided in a run "
                            "(the file VLLM_SPEC_PLUGINS_POLICY_STATS named)")
     p_pol.add_argument("stats", help="the policy statistics file (JSON)")
@@ -82,6 +108,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "policy":
         return _policy(args.stats, args.json)
+    if args.cmd in ("check", "doctor"):
+        import os
+
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout for the report
+        from . import diagnose
+
+        if args.cmd == "check":
+            rep = diagnose.check_checkpoint(args.checkpoint, args.target, method=args.method,
+                                            num_speculative_tokens=args.spec_tokens)
+        else:
+            rep = diagnose.doctor()
+        if args.json:
+            json.dump(rep.to_dict(), sys.stdout, indent=2, default=str)
+            print()
+        else:
+            print(rep.format())
+        return 0 if rep.ok else 1
+    if args.cmd == "new":
+        from .template import write_plugin
+
+        try:
+            path = write_plugin(args.name, args.dir)
+        except (ValueError, FileExistsError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {path}\nnext: pip install -e {path} && vllm-spec-plugins list && "
+              f"pytest {path}/tests")
+        return 0
     if args.cmd == "list":
         from .manager import list_plugins
 

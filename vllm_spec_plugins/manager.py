@@ -44,9 +44,10 @@ def allowed_names(environ: dict[str, str] | None = None) -> set[str] | None:
 class DrafterRegistry:
     """The ``register`` callable handed to :func:`vllm_spec_register_drafters`."""
 
-    def __init__(self, plugin_name: str, dist_label: str) -> None:
+    def __init__(self, plugin_name: str, dist_label: str, api: int = API_VERSION) -> None:
         self.plugin_name = plugin_name
         self.dist_label = dist_label
+        self.api = api
         self.drafters: list[Drafter] = []
 
     def __call__(self, drafter: Drafter) -> None:
@@ -57,7 +58,7 @@ class DrafterRegistry:
                 plugin_name=self.plugin_name,
                 dist=self.dist_label,
             )
-        self.drafters.append(replace(drafter, name=self.plugin_name, dist=self.dist_label))
+        self.drafters.append(replace(drafter, name=self.plugin_name, dist=self.dist_label, api=self.api))
 
 
 def _dist_of(ep: Any) -> tuple[str | None, str | None]:
@@ -128,7 +129,7 @@ class PluginHost:
             try:
                 self.pm.register(obj, name=ep.name)
                 self.pm.check_pending()
-                registry = DrafterRegistry(ep.name, label)
+                registry = DrafterRegistry(ep.name, label, declared)
                 impls = [i for i in self.pm.hook.vllm_spec_register_drafters.get_hookimpls()
                          if i.plugin_name == ep.name]
                 for impl in impls:

@@ -29,7 +29,7 @@ INFO = "vllm_spec_plugins: draft '{}' served by plugin 'eagle' (vllm-spec-eagle 
 def _records(trace) -> list[dict]:
     files = sorted(glob.glob(str(trace / "*.pt")))
     assert files, "no drafting step was traced"
-    return [torch.load(f, weights_only=False) for f in files]
+    return [torch.load(f, weights_only=True) for f in files]
 
 
 def _reference(ckpt, target, use_bias=True) -> EagleReference:

@@ -158,7 +158,8 @@ def test_source_rows(source, rows):
 
 def test_every_source_has_a_rows_case():
     assert {s.rows for s in Source} == {"request", "token"}
-    assert [s for s in Source if s.rows == "token"] == [Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL]
+    assert [s for s in Source if s.rows == "token"] == [Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL,
+                                                        Source.TOKEN_IDS_ALL]
 
 
 def test_source_is_str_enum():
@@ -195,3 +196,10 @@ def test_extra_input_name_shadows_state_name():
 def test_keyword_names_rejected(make):
     with pytest.raises(ValueError, match="not a valid Python parameter name"):
         make()
+
+
+def test_state_init_from_model_attribute():
+    assert StateSpec(name="h", init="h0").init == "h0"
+    assert StateSpec(name="h", init=1.5).init == 1.5
+    with pytest.raises(ValueError, match="must be a number or the name of a draft-model attribute"):
+        StateSpec(name="h", init="not valid")

@@ -249,3 +249,34 @@ def test_resolve_shape_and_source_row_shape():
     assert source_row_shape(Source.AUX_HIDDEN_ALL, 8, 2, 3) == (16,)
     assert source_row_shape(Source.SAMPLED_TOKEN_IDS, 8, 2, 3) == (4,)
     assert source_row_shape(Source.NUM_NEW_TOKENS, 8, 2, 3) == ()
+
+
+def test_shape_none_vs_scalar_and_api1_compat():
+    """API 2: shape=None is not checked, shape=() is one scalar per row (checked); API-1 plugins keep
+    the old meaning of () (not checked)."""
+    def forward(self, sampled):
+        ...
+
+    unchecked = make(extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS),))
+    assert run(unchecked, forward, k=3)[0].shape == (4,)
+    scalar = make(extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS, shape=()),))
+    with pytest.raises(PluginContractError, match=r"has shape per row \[4\] in this engine, but the plugin "
+                                                  r"declares \[\]"):
+        run(scalar, forward, k=3)
+    api1 = dataclasses.replace(scalar, api=1)
+    assert run(api1, forward, k=3)[0].shape == (4,)
+
+
+def test_api2_token_sources():
+    d = make(extra_inputs=(ExtraInput(name="tokens", source=Source.TOKEN_IDS_ALL, shape=()),
+                           ExtraInput(name="n", source=Source.NUM_SCHEDULED_TOKENS, shape=()),
+                           ExtraInput(name="rej", source=Source.NUM_REJECTED, dtype="int32")))
+
+    def forward(self, tokens, n, rej):
+        ...
+
+    out = run(d, forward)
+    assert [(b.source, b.shape, b.dtype) for b in out] == [
+        (Source.TOKEN_IDS_ALL, (), "int32"), (Source.NUM_SCHEDULED_TOKENS, (), "int32"),
+        (Source.NUM_REJECTED, (), "int32")]
+    assert Source.TOKEN_IDS_ALL.rows == "token" and Source.NUM_REJECTED.rows == "request"

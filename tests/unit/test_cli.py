@@ -42,7 +42,7 @@ def test_format_table():
     medusa = next(line for line in lines if line.startswith("medusa "))
     assert "MedusaModel (model_type medusa) [heads]" in medusa
     state = next(line for line in lines if line.startswith("statetest "))
-    assert "sampled<-sampled_token_ids[k1], mem<-acc[]" in state
+    assert "sampled<-sampled_token_ids[k1], mem<-acc" in state
     assert "acc[3] int64 reset" in state
     broken = next(line for line in lines if line.startswith("broken "))
     assert "vsp-test-broken-plugin" in broken and "0.0.2" in broken and "BROKEN (see below)" in broken
@@ -89,7 +89,7 @@ def test_plugin_dict_extras_state_and_broken():
     (dr,) = plugin_dict(PLUGINS[1])["drafters"]
     assert dr["extra_inputs"] == [
         {"name": "sampled", "source": "sampled_token_ids", "shape": ["k1"], "dtype": "int32"},
-        {"name": "mem", "source": "state", "shape": [], "dtype": "model", "state": "acc"},
+        {"name": "mem", "source": "state", "shape": None, "dtype": "model", "state": "acc"},
     ]
     assert dr["state"] == [{"name": "acc", "shape": [3], "dtype": "int64", "init": 0.0, "on_preempt": "reset"}]
     b = plugin_dict(PLUGINS[2])
@@ -118,3 +118,15 @@ def test_main_needs_a_command(capsys):
     with pytest.raises(SystemExit) as ei:
         main([])
     assert ei.value.code == 2
+
+
+def test_shape_display_none_vs_scalar():
+    d = Drafter(architectures=("X",), model_class="m:X", extra_inputs=(
+        ExtraInput(name="a", source=Source.NUM_ACCEPTED),             # shape None: not checked
+        ExtraInput(name="b", source=Source.NUM_NEW_TOKENS, shape=()),  # one scalar per row, checked
+    ))
+    out = format_table([PluginInfo("x", "x_pkg", "x-dist", "1", (d,))])
+    assert "a<-num_accepted[*], b<-num_new_tokens[]" in out
+    extras = plugin_dict(PluginInfo("x", "x_pkg", "x-dist", "1", (d,)))["drafters"][0]["extra_inputs"]
+    shapes = [e["shape"] for e in extras]
+    assert shapes == [None, []]

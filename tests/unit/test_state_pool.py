@@ -132,3 +132,17 @@ def test_float_init(init):
     p = StatePool([("h", (2,), torch.float32, init, "keep")], 1, CPU)
     (s,) = p.slots_for(["a"])
     assert p.tensors["h"][s].tolist() == [init, init]
+
+
+def test_tensor_init_and_set_init():
+    pool = StatePool([("h", (2,), torch.int64, 0.0, "reset")], 2, torch.device("cpu"))
+    (a,) = pool.slots_for(["a"])
+    pool.set_init("h", torch.tensor([3, 4]))
+    assert pool.tensors["h"][a].tolist() == [3, 4]  # live slots take the new init
+    pool.tensors["h"][a] += 1
+    pool.reset("a")
+    assert pool.tensors["h"][a].tolist() == [3, 4]
+    (b,) = pool.slots_for(["b"])
+    assert pool.tensors["h"][b].tolist() == [3, 4]
+    pool.slots_for(["c", "d"])  # grows: new rows start from the tensor init too
+    assert pool.capacity > 2 and pool.tensors["h"][pool.slot_of["d"]].tolist() == [3, 4]

@@ -206,7 +206,10 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     if drafter.config_class:
         cls = _import(drafter.config_class)
         if not isinstance(hf, cls):
+            replaced = f"{type(hf).__module__}.{type(hf).__qualname__}"
             hf = cls.from_pretrained(path, revision=getattr(dmc, "revision", None))
+            logger.info("vllm_spec_plugins: draft '%s': config loaded with the class of plugin '%s', %s, "
+                        "instead of %s", path, drafter.name, drafter.config_class, replaced)
             dmc.hf_config = hf
             dmc.hf_text_config = hf
     tmc = spec.target_model_config

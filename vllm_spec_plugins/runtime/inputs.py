@@ -24,6 +24,9 @@ SOURCE_DTYPE: dict[Source, str] = {
     Source.NUM_ACCEPTED: "int32",
     Source.NUM_NEW_TOKENS: "int32",
     Source.SAMPLED_TOKEN_IDS: "int32",
+    Source.TOKEN_IDS_ALL: "int32",
+    Source.NUM_SCHEDULED_TOKENS: "int32",
+    Source.NUM_REJECTED: "int32",
 }
 
 
@@ -88,13 +91,16 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
     (``loop_inputs``, attention drafters), declared extra inputs, the defaults
     (:data:`~vllm_spec_plugins.api.DEFAULT_INPUTS`), then (with ``state_params``)
     state names. A parameter with a default value that nothing
-    provides is left out; one without is a load-time error.
+    provides is left out; one without is a load-time error. ``hf_config=None`` matches
+    names only (shapes are neither resolved nor compared).
 
     Raises:
         PluginContractError: naming plugin, class and parameter, or expected vs found shape/dtype.
     """
     extras: dict[str, ExtraInput] = {e.name: e for e in d.extra_inputs}
     states = {s.name: s for s in d.state}
+    # hf_config None: names only (``vllm-spec-plugins doctor``), no shapes resolved or compared
+    shape_of = resolve_shape if hf_config is not None else (lambda *_: ())
     defaults = {k: v for k, v in DEFAULT_INPUTS.items() if k not in loop_inputs}
     defaults.update(extra_names or {})
     out: list[Binding] = []
@@ -107,12 +113,13 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
             e = extras[p.name]
             if e.source is Source.STATE:
                 s = states[e.state]  # validated in Drafter.__post_init__
-                out.append(Binding(p.name, Source.STATE, s.name, resolve_shape(d, hf_config, s.shape, f"state {s.name!r}"),
+                out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
                                    s.dtype))
                 continue
             found = source_row_shape(e.source, hidden_size, num_aux, num_spec_tokens)
-            if e.shape:
-                declared = resolve_shape(d, hf_config, e.shape, f"extra input {e.name!r}")
+            # shape None: not checked; () in an API-1 plugin meant the same (API 2: one scalar per row)
+            if e.shape is not None and hf_config is not None and not (e.shape == () and d.api == 1):
+                declared = shape_of(d, hf_config, e.shape, f"extra input {e.name!r}")
                 if declared != found:
                     raise PluginContractError(
                         f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} has "
@@ -132,7 +139,7 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
                                SOURCE_DTYPE[src]))
         elif state_params and p.name in states:
             s = states[p.name]
-            out.append(Binding(p.name, Source.STATE, s.name, resolve_shape(d, hf_config, s.shape, f"state {s.name!r}"),
+            out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
                                s.dtype))
         elif p.default is p.empty:
             known = sorted(set(loop_inputs) | set(extras) | set(defaults) | (set(states) if state_params else set()))

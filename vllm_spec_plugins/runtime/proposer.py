@@ -21,8 +21,9 @@ from ..api import Drafter, Source
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from ..patch.config import ARCH_ATTR, ATTENTION_METHOD, PLUGIN_ATTR
+from . import trace
 from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
-from .state import StatePool
+from .state import TOKEN_SOURCES, StatePool, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -120,11 +121,13 @@ class PluginProposerMixin:
             for s in drafter.state:
                 shape = resolve_shape(drafter, hf, s.shape, f"state {s.name!r}")
                 dtype = _dtype(s.dtype, model_dtype)
-                specs.append((s.name, shape, dtype, float(s.init), s.on_preempt))
+                specs.append((s.name, shape, dtype, 0.0 if isinstance(s.init, str) else float(s.init), s.on_preempt))
                 self.buffers.setdefault(("state", s.name), torch.zeros((request_rows, *shape), dtype=dtype,
                                                                        device=device))
             self.pool = StatePool(specs, 2 * self.max_reqs, device)
             self._reset_on_preempt = [s.name for s in drafter.state if s.on_preempt == "reset"]
+            self._state_init_attrs = {s.name: s.init for s in drafter.state if isinstance(s.init, str)}
+            self._hook_sees_tokens = sees_tokens(self.update_bindings)
             self.slot_index = torch.zeros(self.max_reqs, dtype=torch.int64, device=device)
             self.slot_index_cpu = torch.zeros(self.max_reqs, dtype=torch.int64, pin_memory=is_pin_memory_available())
         self._step: dict[str, Any] = {}
@@ -189,6 +192,8 @@ class PluginProposerMixin:
                 buf[key][:B].copy_(valid[:B])
             elif key == Source.NUM_ACCEPTED:
                 buf[key][:B].copy_((valid[:B] - 1).clamp_(min=0))
+            elif key in TOKEN_SOURCES:
+                fill_token_source(key, buf[key], step, B, T)
             elif key == Source.SAMPLED_TOKEN_IDS:
                 s = step["sampled_token_ids"]
                 c = min(s.shape[1], buf[key].shape[1])
@@ -206,16 +211,28 @@ class PluginProposerMixin:
         idx.copy_(self.slot_index_cpu[:B], non_blocking=True)
         for name in pool.tensors:
             torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
+        if self._state_init_attrs:  # API 2: state initialised from a model attribute, read once
+            resolve_inits(pool, self.model, self._state_init_attrs, self.drafter)
+            self._state_init_attrs = {}
+            for name in pool.tensors:
+                torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
         if not self.update_bindings:
             return
         d = self.drafter
-        new = getattr(self.model, d.update_state)(**self._kwargs(self.update_bindings, B, T))
+        hook_kwargs = self._kwargs(self.update_bindings, B, T)
+        if self._trace_dir:
+            self._trace_hook = {"hook_inputs": trace.copy_tensors(hook_kwargs)}
+        new = getattr(self.model, d.update_state)(**hook_kwargs)
         if not isinstance(new, dict) or set(new) != set(pool.tensors):
             got = sorted(new) if isinstance(new, dict) else type(new).__name__
             raise PluginContractError(
                 f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() must "
                 f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
+        if self._trace_dir:
+            self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
         keep = self._step["valid_count"][:B] > 0
+        if self._hook_sees_tokens:  # API 2: a hook reading scheduled tokens folds partial-prefill rows too
+            keep = torch.ones_like(keep)
         for name, value in new.items():
             cur = self.buffers[("state", name)][:B]
             if tuple(value.shape) != tuple(cur.shape):
@@ -234,16 +251,7 @@ class PluginProposerMixin:
         return token_indices_to_sample[:B].to(torch.int64)
 
     def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> None:
-        os.makedirs(self._trace_dir, exist_ok=True)
-        record = {"drafts": drafts.cpu().clone(), "req_ids": list(self._step.get("req_ids", [])[:B]),
-                  "valid_count": self._step["valid_count"][:B].cpu().clone(),
-                  "live_state_slots": len(self.pool) if self.pool is not None else None}
-        for b in self.forward_bindings:
-            if b.source is not None:
-                record[b.param] = self.buffers[b.key][: T if b.source.rows == "token" else B].cpu().clone()
-        record.update(extra or {})
-        rank = getattr(self.vllm_config.parallel_config, "rank", 0)
-        torch.save(record, os.path.join(self._trace_dir, f"r{rank}-p{os.getpid()}-{self._trace_n:06d}.pt"))
+        trace.save_record(self, B, T, drafts, extra)  # schema: runtime/trace.py, docs/trace.md
         self._trace_n += 1
 
 
@@ -293,6 +301,8 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
         idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
+        self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
+                          query_start_loc=common_attn_metadata.query_start_loc)
         self._prepare_step(B, T, next_token_ids, target_positions, idx)  # carries the state, whatever k is
         if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
             drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
@@ -424,6 +434,8 @@ class AttentionProposer(PluginProposerMixin, EagleProposer):
         T = common_attn_metadata.num_actual_tokens
         if self.buffers:
             idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
+            self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
+                              query_start_loc=common_attn_metadata.query_start_loc)
             self._prepare_step(B, T, next_token_ids, target_positions, idx)
             if self.expanded:
                 qsl = common_attn_metadata.query_start_loc[1:B + 1]

@@ -3,10 +3,67 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
+from ..api import Drafter, Source
+from ..errors import PluginContractError
+
 logger = logging.getLogger("vllm.spec_plugins")
+
+#: API-2 sources describing the step's scheduled tokens (filled by :func:`fill_token_source`).
+TOKEN_SOURCES = (Source.TOKEN_IDS_ALL, Source.NUM_SCHEDULED_TOKENS, Source.NUM_REJECTED)
+
+
+def sees_tokens(bindings: list) -> bool:
+    """A state-carry hook reading the scheduled tokens is applied to every row, partial prefills included."""
+    return any(b.source in TOKEN_SOURCES for b in bindings)
+
+
+def fill_token_source(key: Source, buf: torch.Tensor, step: dict[str, Any], B: int, T: int) -> None:
+    """Fill the static buffer of a :data:`TOKEN_SOURCES` source from what ``propose`` received."""
+    if key is Source.TOKEN_IDS_ALL:
+        buf[:T].copy_(step["target_token_ids"][:T])
+    elif key is Source.NUM_SCHEDULED_TOKENS:
+        qsl = step["query_start_loc"]
+        buf[:B].copy_(qsl[1:B + 1] - qsl[:B])
+    elif step.get("num_rejected") is not None:  # NUM_REJECTED; None: no drafts were verified this step
+        buf[:B].copy_(step["num_rejected"][:B])
+    else:
+        buf[:B].zero_()
+
+
+def _init_value(init: float | torch.Tensor, rows: int, shape: tuple, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    if isinstance(init, torch.Tensor):
+        return init.to(device=device, dtype=dtype).expand(rows, *shape).clone()
+    return torch.full((rows, *shape), init, dtype=dtype, device=device)
+
+
+def resolve_inits(pool: "StatePool", model: Any, attrs: dict[str, str], d: Drafter) -> None:
+    """API 2 ``StateSpec(init="<attribute>")``: read each initial state from the loaded draft model."""
+    for name, attr in attrs.items():
+        value = getattr(model, attr, None)
+        if callable(value) and not isinstance(value, torch.Tensor):
+            value = value()
+        spec = next(s for s in pool.specs if s[0] == name)
+        shape = spec[1]
+        if not isinstance(value, torch.Tensor):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} is initialised from "
+                f"{d.model_class}.{attr}, which is {type(value).__name__}; expected a tensor (parameter or buffer) "
+                f"or a method returning one", plugin_name=d.name, dist=d.display_dist)
+        try:
+            torch.broadcast_shapes(tuple(value.shape), tuple(shape))
+            if len(value.shape) > len(shape):
+                raise RuntimeError
+        except RuntimeError:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} has shape {list(shape)}, "
+                f"but its initial value {d.model_class}.{attr} has shape {list(value.shape)}",
+                plugin_name=d.name, dist=d.display_dist) from None
+        pool.set_init(name, value.detach())
 
 
 class StatePool:
@@ -25,8 +82,7 @@ class StatePool:
         self.device = device
         self.capacity = capacity
         self.tensors: dict[str, torch.Tensor] = {
-            name: torch.full((capacity + 1, *shape), init, dtype=dtype, device=device)
-            for name, shape, dtype, init, _ in specs
+            name: _init_value(init, capacity + 1, shape, dtype, device) for name, shape, dtype, init, _ in specs
         }
         self.slot_of: dict[str, int] = {}
         self.free: list[int] = list(range(capacity - 1, -1, -1))
@@ -43,7 +99,7 @@ class StatePool:
         new_cap = self.capacity + extra
         logger.info("vllm_spec_plugins: growing carried-state pool from %d to %d requests", self.capacity, new_cap)
         for name, shape, dtype, init, _ in self.specs:
-            t = torch.full((new_cap + 1, *shape), init, dtype=dtype, device=self.device)
+            t = _init_value(init, new_cap + 1, shape, dtype, self.device)
             t[: self.capacity].copy_(self.tensors[name][: self.capacity])
             self.tensors[name] = t
         self.free.extend(range(new_cap - 1, self.capacity - 1, -1))
@@ -51,7 +107,20 @@ class StatePool:
 
     def _init_slot(self, slot: int) -> None:
         for name, _, _, init, _ in self.specs:
+            self._fill(name, slot, init)
+
+    def _fill(self, name: str, slot: int, init: float | torch.Tensor) -> None:
+        if isinstance(init, torch.Tensor):
+            self.tensors[name][slot].copy_(init.expand_as(self.tensors[name][slot]))
+        else:
             self.tensors[name][slot].fill_(init)
+
+    def set_init(self, name: str, value: torch.Tensor) -> None:
+        """Initialise state ``name`` from ``value`` (broadcast to its shape) from now on, live slots included."""
+        self.specs = [(n, shape, dtype, value.to(device=self.device, dtype=dtype) if n == name else init, pol)
+                      for n, shape, dtype, init, pol in self.specs]
+        for slot in self.slot_of.values():
+            self._fill(name, slot, value.to(device=self.device, dtype=self.tensors[name].dtype))
 
     def slots_for(self, req_ids: list[str]) -> list[int]:
         out = []
@@ -77,4 +146,4 @@ class StatePool:
             return
         for name, _, _, init, _ in self.specs:
             if names is None or name in names:
-                self.tensors[name][slot].fill_(init)
+                self._fill(name, slot, init)

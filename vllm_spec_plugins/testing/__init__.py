@@ -1,6 +1,9 @@
-"""Test kit for plugin authors: tiny checkpoints, a real-engine runner and pytest fixtures.
+"""Test kit for plugin authors (docs/testing-plugins.md).
 
-Enable the fixtures with ``pytest_plugins = ["vllm_spec_plugins.testing.pytest_plugin"]``.
+* :mod:`.fixtures`: tiny deterministic checkpoints (target, Medusa, EAGLE-1, EAGLE-3), no download;
+* :mod:`.harness`: a heads drafter in process on CPU, driven with fake batches (no engine);
+* :mod:`.engine`: ``run_engine``, a real vLLM engine in a fresh process;
+* :mod:`.conformance`: ``ConformanceSuite``, the tests every plugin should pass, on real engines.
 """
 
 

@@ -1,0 +1,194 @@
+"""The in-process harness and ``check --target``: real vLLM config, loader and proposer on CPU, no engine.
+
+These run vLLM in the test process (the runner shim registered, one gloo rank), building tiny
+checkpoints once per module.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vllm_spec_plugins import diagnose
+from vllm_spec_plugins.testing.fixtures import make_tiny_medusa, make_tiny_target
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory):
+    d = tmp_path_factory.mktemp("harness")
+    target = make_tiny_target(d / "target")
+    medusa = make_tiny_medusa(d / "medusa", target, num_heads=3)
+    shared = make_tiny_medusa(d / "medusa_shared", target, num_heads=3, original_lm_head=True,
+                              include_lm_head=False)
+    bad = make_tiny_medusa(d / "medusa_bad", target, num_heads=3)
+    sd = load_file(str(bad / "medusa_lm_head.safetensors"))
+    sd["blocks.1.layers.0.weight"] = torch.zeros(128, 64)  # wrong shape
+    save_file(sd, str(bad / "medusa_lm_head.safetensors"))
+    missing = make_tiny_medusa(d / "medusa_missing", target, num_heads=3)
+    sd = load_file(str(missing / "medusa_lm_head.safetensors"))
+    del sd["blocks.2.layers.0.weight"]
+    save_file(sd, str(missing / "medusa_lm_head.safetensors"))
+    state = d / "state"
+    state.mkdir()
+    (state / "config.json").write_text(json.dumps({"model_type": "vsp_state_test", "hidden_size": 128,
+                                                   "vocab_size": 259, "architectures": ["StateTestDrafter"],
+                                                   "num_heads": 4}))
+    save_file({"one": torch.ones(1)}, str(state / "model.safetensors"))
+    return {"target": target, "medusa": medusa, "shared": shared, "bad": bad, "missing": missing, "state": state}
+
+
+def _items(rep):
+    return {i.check: i for i in rep.items}
+
+
+def test_check_with_target_loads_the_checkpoint(ck):
+    rep = diagnose.check_checkpoint(str(ck["medusa"]), str(ck["target"]))
+    items = _items(rep)
+    assert rep.ok, rep.format()
+    assert "vLLM method 'draft_model', 3 speculative tokens" in items["engine config"].detail
+    assert "vllm_spec_medusa.config.MedusaConfig" in items["engine config"].detail
+    assert items["weights"].status == "ok" and "every one loaded" in items["weights"].detail
+
+
+def test_check_with_target_state_drafter(ck):
+    rep = diagnose.check_checkpoint(str(ck["state"]), str(ck["target"]))
+    items = _items(rep)
+    assert rep.ok, rep.format()
+    assert "sampled <- sampled_token_ids [5] int32" in items["update_state"].detail  # k = num_heads = 4
+    assert "acc <- state 'acc' [3] int64" in items["forward"].detail
+
+
+def test_check_with_target_reports_what_an_engine_start_raises(ck, tmp_path):
+    # A config without hidden_size / vocab_size: vLLM 0.32's SpeculativeConfig validation refuses it before
+    # the shim could fill the sizes from the target; check says so, as the engine start would.
+    nosize = tmp_path / "nosize"
+    nosize.mkdir()
+    (nosize / "config.json").write_text(json.dumps({"model_type": "vsp_state_test",
+                                                    "architectures": ["StateTestDrafter"], "num_heads": 4}))
+    save_file({"one": torch.ones(1)}, str(nosize / "model.safetensors"))
+    rep = diagnose.check_checkpoint(str(nosize), str(ck["target"]))
+    ec = _items(rep)["engine config"]
+    assert ec.status == "fail" and "hidden_size" in ec.detail and "would: ValidationError" in ec.detail
+
+
+def test_check_with_target_reports_bad_and_missing_keys(ck):
+    rep = diagnose.check_checkpoint(str(ck["bad"]), str(ck["target"]))
+    w = _items(rep)["weights"]
+    assert w.status == "fail" and "'blocks.1.layers.0.weight' has shape [128, 64], expected [128, 128]" in w.detail
+    rep = diagnose.check_checkpoint(str(ck["missing"]), str(ck["target"]))
+    w = _items(rep)["weights"]
+    assert w.status == "fail" and "blocks.2.layers.0.weight" in w.detail and str(ck["missing"]) in w.detail
+
+
+def test_check_with_target_too_many_tokens(ck):
+    rep = diagnose.check_checkpoint(str(ck["medusa"]), str(ck["target"]), num_speculative_tokens=5)
+    ec = _items(rep)["engine config"]
+    assert ec.status == "fail" and "can propose at most 3 tokens per step" in ec.detail
+
+
+def _medusa_reference(ckpt, hidden, lm_head=None):
+    sd = load_file(str(ckpt / "medusa_lm_head.safetensors"))
+    out = []
+    for h in range(3):
+        x = hidden + torch.nn.functional.silu(hidden @ sd[f"blocks.{h}.layers.0.weight"].T)
+        lm = sd.get(f"lm_heads.{h}.weight", lm_head)
+        out.append((x @ lm.T).argmax(-1))
+    return torch.stack(out, 1)
+
+
+def test_harness_medusa_drafts_equal_reference(ck):
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], ck["medusa"], num_speculative_tokens=3)
+    assert h.target_model is not None  # Medusa defines bind_target
+    hidden = torch.randn(5, 128, generator=torch.Generator().manual_seed(0)) * 3
+    # three requests: 2, 1 and 2 scheduled tokens; the hidden state of each request's last token is used
+    out = h.step(["a", "b", "c"], sampled=[[5, 6], [7], [8, 9]], hidden_states=hidden)
+    assert out.drafts.shape == (3, 3) and out.drafts.dtype == torch.int64
+    last = hidden[[1, 2, 4]]
+    assert torch.equal(out.inputs["hidden_states"], last)
+    assert torch.equal(out.drafts, _medusa_reference(ck["medusa"], last))
+    assert out.state == {} and out.hook_inputs == {}
+
+
+def test_harness_bind_target_shares_lm_head(ck):
+    from vllm_spec_plugins.testing.fixtures import target_lm_head
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], ck["shared"], num_speculative_tokens=3)
+    assert h.model.lm_head is h.target_model.lm_head
+    hidden = torch.randn(2, 128, generator=torch.Generator().manual_seed(1)) * 3
+    out = h.step(["a", "b"], hidden_states=hidden)
+    assert torch.equal(out.drafts, _medusa_reference(ck["shared"], hidden, target_lm_head(ck["target"])))
+
+
+def test_harness_state_carry_by_request_id(ck):
+    from vsp_state_drafter.model import fold
+
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], ck["state"], num_speculative_tokens=3)
+    assert h.target_model is None  # no bind_target: the target is not built
+    out = h.step(["a", "b"], sampled=[[10, 11, -1, -1], [20, -1, -1, -1]])
+    assert out.state["acc"].tolist() == [[2, fold(0, [10, 11]), 11], [1, fold(0, [20]), 20]]
+    assert out.drafts.tolist() == [[11] * 3, [20] * 3]
+    assert out.hook_inputs["acc"].tolist() == [[0, 0, 0], [0, 0, 0]]  # the state before the step
+    assert out.hook_inputs["num_new"].tolist() == [2, 1]
+    # rows move: "b" first now; "a" produced nothing this step (partial prefill): its state is kept
+    out = h.step(["b", "a"], sampled=[[21, 22, 23, 24], [-1, -1, -1, -1]])
+    assert out.state["acc"].tolist() == [[5, fold(0, [20, 21, 22, 23, 24]), 24], [2, fold(0, [10, 11]), 11]]
+    assert h.live_requests == 2
+    h.finish("a")
+    assert h.live_requests == 1 and h.state("a") == {}
+    out = h.step(["a"], sampled=[[30]])  # a new request with a reused id starts from init
+    assert out.state["acc"].tolist() == [[1, fold(0, [30]), 30]]
+    assert h.state("b")["acc"].tolist() == [5, fold(0, [20, 21, 22, 23, 24]), 24]
+
+
+def test_harness_refuses_attention_drafters(ck, tmp_path):
+    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    eagle = make_tiny_eagle(tmp_path / "tiny-eagle-1", ck["target"])
+    with pytest.raises(ValueError, match="DrafterHarness runs heads drafters; plugin 'eagle'"):
+        DrafterHarness(ck["target"], eagle, num_speculative_tokens=2)
+
+
+@pytest.fixture(scope="module")
+def recurrent(ck):
+    d = ck["target"].parent / "recurrent"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "vsp_recurrent_test", "hidden_size": 128,
+                                               "vocab_size": 259, "architectures": ["RecurrentTestDrafter"],
+                                               "num_heads": 3}))
+    save_file({"h0": torch.tensor([0, 777])}, str(d / "model.safetensors"))
+    return d
+
+
+def test_harness_api2_token_sources_and_learned_init(ck, recurrent):
+    """API 2: the state starts from the checkpoint's h0 and the hook folds the scheduled tokens (prompt
+    included) that stay in each request's sequence."""
+    from vsp_recurrent_drafter.model import replay
+
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], recurrent, num_speculative_tokens=3)
+    assert h.drafter.api == 2
+    h0 = [0, 777]
+    # prefill: prompts of 4 and 2 tokens are scheduled; each produced one token
+    pa, pb = [1, 50, 60, 70], [1, 33]
+    out = h.step(["a", "b"], sampled=[[9], [8]], query_lens=[4, 2], token_ids=pa + pb)
+    assert out.hook_inputs["h"].tolist() == [h0, h0]  # initialised from the model parameter
+    assert out.hook_inputs["num_sched"].tolist() == [4, 2] and out.hook_inputs["num_rej"].tolist() == [0, 0]
+    assert out.state["h"].tolist() == [replay(h0, pa), replay(h0, pb)]
+    # decode: "a" verifies [9, d1, d2, d3] and keeps 9 and d1 (2 rejected); "b" keeps only 8 (3 rejected)
+    out = h.step(["a", "b"], sampled=[[11, 12, -1, -1], [5, -1, -1, -1]], query_lens=[4, 4],
+                 token_ids=[9, 11, 40, 41, 8, 30, 31, 32], num_rejected=[2, 3])
+    assert out.state["h"].tolist() == [replay(h0, pa + [9, 11]), replay(h0, pb + [8])]
+    assert out.drafts.tolist() == [[12] * 3, [5] * 3]
+    # a partial prefill (no token produced) is folded too: the hook reads the scheduled tokens
+    out = h.step(["c"], sampled=[[-1]], num_new=[0], query_lens=[3], token_ids=[1, 2, 3])
+    assert out.state["h"].tolist() == [replay(h0, [1, 2, 3])]

@@ -1,0 +1,63 @@
+"""The trace record schema: plain data that loads with ``torch.load(weights_only=True)``."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from vllm_spec_plugins import Drafter, ExtraInput, Source, StateSpec
+from vllm_spec_plugins.runtime import trace
+from vllm_spec_plugins.runtime.inputs import Binding
+from vllm_spec_plugins.runtime.state import StatePool
+
+
+def _proposer(tmp_path):
+    d = Drafter(architectures=("X",), model_class="m:X", name="toy", dist="vsp-toy 1.0",
+                extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS),),
+                state=(StateSpec(name="acc", shape=(2,), dtype="int64"),))
+    pool = StatePool([("acc", (2,), torch.int64, 0.0, "keep")], 4, torch.device("cpu"))
+    pool.slots_for(["a-1234", "b-5678"])
+    buffers = {Source.TARGET_HIDDEN_LAST: torch.arange(8.0).view(4, 2), ("state", "acc"): torch.ones(4, 2).long(),
+               Source.TARGET_HIDDEN_ALL: torch.zeros(16, 2)}
+    fwd = [Binding("hidden_states", Source.TARGET_HIDDEN_LAST), Binding("acc", Source.STATE, "acc"),
+           Binding("all_hidden", Source.TARGET_HIDDEN_ALL)]
+    return types.SimpleNamespace(
+        drafter=d, pool=pool, buffers=buffers, forward_bindings=fwd, _trace_n=7, _trace_dir=str(tmp_path),
+        vllm_config=types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
+        _trace_hook={"hook_inputs": {"acc": torch.zeros(2, 2).long()}, "hook_outputs": {"acc": torch.ones(2, 2)}},
+        _step={"req_ids": ["a-1234", "b-5678", "c-0"], "valid_count": torch.tensor([2, 0, 1], dtype=torch.int32),
+               "sampled_token_ids": torch.tensor([[5, 6], [-1, -1], [7, -1]], dtype=torch.int32)})
+
+
+def test_record_loads_with_weights_only(tmp_path):
+    p = _proposer(tmp_path)
+    path = trace.save_record(p, 2, 3, torch.tensor([[1, 2], [3, 4]]), {"query_start_loc": torch.tensor([0, 2, 3]),
+                                                                       "token_indices_to_sample": None})
+    assert p._trace_hook is None  # consumed: the next step records its own hook call
+    rec = torch.load(path, weights_only=True)
+    assert rec["schema"] == trace.TRACE_SCHEMA == 2
+    assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
+    assert rec["req_ids"] == ["a-1234", "b-5678"]
+    assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
+    assert rec["inputs"]["hidden_states"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert rec["inputs"]["all_hidden"].shape == (3, 2)  # token rows: T of them
+    assert torch.equal(rec["hidden_states"], rec["inputs"]["hidden_states"])  # schema 1 keys kept
+    assert rec["state"]["acc"].tolist() == [[1, 1], [1, 1]] and rec["live_state_slots"] == 2
+    assert rec["hook_inputs"]["acc"].tolist() == [[0, 0], [0, 0]] and rec["hook_outputs"]["acc"].shape == (2, 2)
+    assert rec["query_start_loc"].tolist() == [0, 2, 3] and rec["token_indices_to_sample"] is None
+    assert trace.load_trace(tmp_path)[0]["step"] == 7
+
+
+def test_base_request_id():
+    assert trace.base_request_id("3-9f8e7d6c") == "3"
+    assert trace.base_request_id("req-1-9f8e7d6c") == "req-1"
+    assert trace.base_request_id("plain") == "plain"
+
+
+def test_sampled_token_ids_padded_to_k_plus_1(tmp_path):
+    p = _proposer(tmp_path)
+    p.num_speculative_tokens = 3
+    p._step["sampled_token_ids"] = torch.tensor([[5], [6], [7]], dtype=torch.int32)  # a step without drafts
+    rec = trace.build_record(p, 2, 3, torch.zeros(2, 3, dtype=torch.int64))
+    assert rec["sampled_token_ids"].tolist() == [[5, -1, -1, -1], [6, -1, -1, -1]]

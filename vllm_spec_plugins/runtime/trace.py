@@ -1,0 +1,86 @@
+"""The debugging trace (``VLLM_SPEC_PLUGINS_TRACE_DIR``): one file per drafting step.
+
+Schema (version :data:`TRACE_SCHEMA`; documented in docs/trace.md). Every value is a tensor,
+a str, an int, a bool, ``None``, or a list/dict of those, so a record loads with
+``torch.load(path, weights_only=True)``. Torch only, no vLLM import: the test kit reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+TRACE_SCHEMA = 2
+"""1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
+``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``."""
+
+
+def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
+    """CPU copies of the tensors of ``d`` (other values as they are)."""
+    return {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+
+
+def build_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> dict[str, Any]:
+    """The record of one drafting step of plugin proposer ``p`` (``B`` requests, ``T`` scheduled tokens)."""
+    step = p._step
+    d = p.drafter
+    inputs = {b.param: p.buffers[b.key][: T if b.source.rows == "token" else B]
+              for b in p.forward_bindings if b.source is not None}
+    sampled = step.get("sampled_token_ids")
+    hook = getattr(p, "_trace_hook", None) or {}
+    record: dict[str, Any] = {
+        "schema": TRACE_SCHEMA,
+        "step": int(p._trace_n),
+        "plugin": d.name,
+        "distribution": d.display_dist,
+        "kind": d.kind,
+        "req_ids": [str(r) for r in step.get("req_ids", [])[:B]],
+        "drafts": drafts.detach().cpu().clone(),
+        "valid_count": step["valid_count"][:B].detach().cpu().clone(),
+        "sampled_token_ids": None if sampled is None else _padded(sampled[:B], getattr(p, "num_speculative_tokens", 0)),
+        "live_state_slots": len(p.pool) if p.pool is not None else None,
+        "inputs": copy_tensors(inputs),
+        "state": ({name: p.buffers[("state", name)][:B].detach().cpu().clone() for name in p.pool.tensors}
+                  if p.pool is not None else {}),
+        "hook_inputs": hook.get("hook_inputs", {}),
+        "hook_outputs": hook.get("hook_outputs", {}),
+    }
+    for name, value in record["inputs"].items():  # schema 1: forward inputs at the top level, by parameter
+        record.setdefault(name, value)
+    for name, value in (extra or {}).items():
+        record.setdefault(name, copy_tensors({name: value})[name])
+    return record
+
+
+def _padded(sampled: torch.Tensor, k: int) -> torch.Tensor:
+    """``[num_reqs, K + 1]``, -1 where nothing was produced (vLLM passes ``[num_reqs, 1]`` in steps without drafts)."""
+    out = torch.full((sampled.shape[0], max(k + 1, sampled.shape[1])), -1, dtype=sampled.dtype)
+    out[:, : sampled.shape[1]] = sampled.detach().cpu()
+    return out
+
+
+def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> str:
+    record = build_record(p, B, T, drafts, extra)
+    p._trace_hook = None
+    os.makedirs(p._trace_dir, exist_ok=True)
+    rank = getattr(p.vllm_config.parallel_config, "rank", 0)
+    path = os.path.join(p._trace_dir, f"r{rank}-p{os.getpid()}-{p._trace_n:06d}.pt")
+    torch.save(record, path)
+    return path
+
+
+def load_trace(trace_dir: str | os.PathLike, rank: int | None = 0) -> list[dict[str, Any]]:
+    """Every record under ``trace_dir`` (of ``rank``; ``None``: all ranks) in file order (process, then
+    step), loaded with ``weights_only=True``."""
+    import glob
+
+    pattern = f"r{rank}-*.pt" if rank is not None else "r*-*.pt"
+    files = sorted(glob.glob(os.path.join(str(trace_dir), pattern)))
+    return [torch.load(f, weights_only=True) for f in files]
+
+
+def base_request_id(req_id: str) -> str:
+    """The id a request was added with: vLLM appends ``-<random suffix>`` to it internally."""
+    return req_id.rsplit("-", 1)[0] if "-" in req_id else req_id

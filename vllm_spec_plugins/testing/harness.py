@@ -1,0 +1,279 @@
+"""An in-process harness: a plugin drafter on CPU, fed with fake batches, no engine.
+
+It builds what an engine start builds, in the calling process and without a scheduler
+or workers: the engine config through vLLM's own ``EngineArgs.create_engine_config``
+(with the runner shim's config patch, so the plugin is selected, its config class
+loaded and missing sizes filled from the target exactly as in ``vllm serve``), vLLM's
+model-parallel state for one CPU rank, the target model (vLLM's loader) when the drafter
+binds to it, and the shim's real :class:`~vllm_spec_plugins.runtime.proposer.HeadsProposer`,
+whose ``load_model`` builds the draft through vLLM's loader (every parameter must load)
+and calls ``bind_target``. :meth:`DrafterHarness.step` then runs the proposer's own propose
+path (input buffers, carried state by request id, the state-carry hook, ``forward``) on
+a batch you describe::
+
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(target_dir, draft_dir, num_speculative_tokens=3)
+    out = h.step(["a", "b"], sampled=[[5, 6, -1, -1], [7, -1, -1, -1]])
+    out.drafts          # [2, 3] int64, what the engine would verify
+    out.inputs          # every tensor forward / the hook received, by parameter name
+    h.state("a")        # the carried state of request "a" after the step
+    h.finish("a")       # as when the request finishes or aborts: its state slot is freed
+
+Heads drafters (``kind="heads"``) only: attention drafters run inside vLLM's multi-step
+EAGLE loop with a KV cache, which needs an engine (use ``run_engine``).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+_DIST_READY = False
+
+
+def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int | None = 3,
+                  method: str | None = None, dtype: str = "float32", max_model_len: int = 512,
+                  max_num_seqs: int = 8, speculative_config: dict | None = None, **engine_kwargs: Any) -> Any:
+    """vLLM's ``VllmConfig`` for ``LLM(target, speculative_config={"model": draft, ...})``, built in this process.
+
+    The runner shim is registered first, so the draft goes through the same config patch as
+    in an engine start (plugin selection, the plugin's config class, sizes from the target,
+    the ``num_speculative_tokens`` limit). Raises what the engine start would raise.
+    """
+    from vllm.engine.arg_utils import EngineArgs
+
+    from ..shim import register
+
+    register()
+    spec = dict(speculative_config or {})
+    if draft is not None:
+        spec.setdefault("model", str(draft))
+        spec.setdefault("num_speculative_tokens", num_speculative_tokens)
+        if method:
+            spec.setdefault("method", method)
+    args = EngineArgs(model=str(target), speculative_config=spec or None, dtype=dtype, max_model_len=max_model_len,
+                      max_num_seqs=max_num_seqs, enforce_eager=True, skip_tokenizer_init=True, seed=0,
+                      **engine_kwargs)
+    return args.create_engine_config()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_cpu_runtime(vllm_config: Any) -> None:
+    """vLLM's distributed and model-parallel state for one rank (gloo), once per process.
+
+    What a vLLM worker sets up before it builds models; vLLM's parallel layers
+    (``ParallelLMHead``, ``ColumnParallelLinear``...) need it.
+    """
+    global _DIST_READY
+    if _DIST_READY:
+        return
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        # What vLLM's CPU worker does first: torch.accelerator calls of shared code become no-ops.
+        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+
+        _set_torch_accelerator_to_noop()
+    with set_current_vllm_config(vllm_config):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}", backend="gloo")
+        ensure_model_parallel_initialized(1, 1)
+    _DIST_READY = True
+
+
+def build_target_model(vllm_config: Any) -> Any:
+    """The target model, built and loaded by vLLM's loader on this process's device."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model
+
+    init_cpu_runtime(vllm_config)
+    with set_current_vllm_config(vllm_config):
+        return get_model(vllm_config=vllm_config)
+
+
+def build_draft_model(vllm_config: Any) -> Any:
+    """The draft model alone, built and loaded by vLLM's loader as the proposer does.
+
+    vLLM's loader calls the model's ``load_weights`` and fails when a parameter was not
+    loaded; ``process_weights_after_loading`` runs as in a worker. ``bind_target`` is not
+    called (see :class:`DrafterHarness`).
+    """
+    from dataclasses import replace
+
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model
+
+    spec = vllm_config.speculative_config
+    draft_config = replace(vllm_config, quant_config=None, model_config=spec.draft_model_config)
+    init_cpu_runtime(vllm_config)
+    with set_current_vllm_config(draft_config):
+        return get_model(vllm_config=draft_config, prefix="draft_model")
+
+
+@dataclass
+class StepResult:
+    drafts: Any
+    """Draft token ids ``[num_reqs, k]`` (int64), what vLLM would verify."""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """Every tensor ``forward`` received, by parameter name (copies)."""
+    hook_inputs: dict[str, Any] = field(default_factory=dict)
+    """Every tensor the state-carry hook received (state as it was before the step; copies)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """The batch rows' carried state after the step, by state name (copies)."""
+
+
+class _AttnMeta:
+    """What the heads proposer reads from vLLM's ``CommonAttentionMetadata``: token count and query starts."""
+
+    def __init__(self, query_start_loc: Any, num_actual_tokens: int) -> None:
+        self.query_start_loc = query_start_loc
+        self.num_actual_tokens = num_actual_tokens
+
+
+class DrafterHarness:
+    """A heads drafter plugin on CPU, driven step by step with fake batches (see the module docstring).
+
+    Args:
+        target: target checkpoint folder (e.g. ``make_tiny_target``); its config sizes the inputs,
+            and the model is built when the drafter has a ``bind_target`` method.
+        draft: the draft checkpoint folder.
+        num_speculative_tokens: ``k``.
+        load_target: build the target model (default: when the drafter defines ``bind_target``).
+        engine_kwargs: more ``EngineArgs`` (``max_num_seqs``, ``dtype``...).
+    """
+
+    def __init__(self, target: Any, draft: Any, *, num_speculative_tokens: int = 3, method: str | None = None,
+                 load_target: bool | None = None, **engine_kwargs: Any) -> None:
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        from ..runtime.proposer import HeadsProposer, drafter_for
+
+        self.vllm_config = engine_config(target, draft, num_speculative_tokens=num_speculative_tokens, method=method,
+                                         **engine_kwargs)
+        self.drafter = drafter_for(self.vllm_config)
+        if self.drafter.kind != "heads":
+            raise ValueError(f"DrafterHarness runs heads drafters; plugin {self.drafter.name!r} registers "
+                             f"{self.drafter.architectures} as kind {self.drafter.kind!r}: test it with run_engine")
+        self.device = torch.device("cpu")
+        init_cpu_runtime(self.vllm_config)
+        self.k = self.vllm_config.speculative_config.num_speculative_tokens
+        self.hidden_size = self.vllm_config.model_config.get_hidden_size()
+        with set_current_vllm_config(self.vllm_config):
+            self.proposer = HeadsProposer(self.vllm_config, self.device, None, drafter=self.drafter)
+            model_cls = self.proposer.model_cls
+            if load_target is None:
+                load_target = hasattr(model_cls, "bind_target")
+            self.target_model = build_target_model(self.vllm_config) if load_target else None
+            self.proposer.load_model(self.target_model)
+        self.model = self.proposer.model
+
+    # -- batches -----------------------------------------------------------------
+
+    def step(self, req_ids: list[str], *, sampled: Any = None, num_new: Any = None, query_lens: Any = None,
+             hidden_states: Any = None, aux_hidden_states: Any = None, positions: Any = None,
+             token_ids: Any = None, num_rejected: Any = None, seed: int | None = 0) -> StepResult:
+        """One drafting step over the requests ``req_ids`` (batch rows in this order).
+
+        Args:
+            sampled: ``[num_reqs, <= k + 1]`` tokens the target produced this step (left-aligned,
+                ``-1`` where rejected), as a nested list or tensor. Default: one random token per row.
+            num_new: tokens appended per row (default: the non-negative entries of ``sampled``); 0 marks
+                a row that produced nothing (partial prefill): its state is kept.
+            query_lens: scheduled tokens per request (default: ``num_new`` or 1); the token rows of
+                ``*_ALL`` sources.
+            hidden_states: the target's final hidden states of all scheduled tokens ``[sum(query_lens),
+                hidden]`` (default: random, from ``seed``).
+            aux_hidden_states: one ``[num_tokens, hidden]`` tensor per chosen target layer.
+            positions: position of every scheduled token (default: ``0..num_tokens-1``).
+            token_ids: the scheduled tokens' ids ``[num_tokens]`` (``TOKEN_IDS_ALL``; default: random).
+            num_rejected: per request, how many trailing scheduled tokens were rejected drafts
+                (``NUM_REJECTED``; default: none).
+        """
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        B = len(req_ids)
+        g = torch.Generator().manual_seed(seed or 0)
+        if sampled is None:
+            sampled = torch.randint(3, 200, (B, 1), generator=g)
+        if not isinstance(sampled, torch.Tensor):  # ragged lists: pad with -1
+            width = max(1, *(len(r) for r in sampled))
+            sampled = [list(r) + [-1] * (width - len(r)) for r in sampled]
+        sampled = torch.as_tensor(sampled, dtype=torch.int32).reshape(B, -1)
+        full = torch.full((B, self.k + 1), -1, dtype=torch.int32)
+        full[:, : min(sampled.shape[1], self.k + 1)] = sampled[:, : self.k + 1]
+        valid = (full >= 0).sum(dim=1).to(torch.int32) if num_new is None else torch.as_tensor(num_new,
+                                                                                               dtype=torch.int32)
+        qlens = torch.as_tensor(query_lens if query_lens is not None else valid.clamp(min=1), dtype=torch.int64)
+        T = int(qlens.sum())
+        qsl = torch.zeros(B + 1, dtype=torch.int32)
+        qsl[1:] = torch.cumsum(qlens, 0)
+        if hidden_states is None:
+            hidden_states = torch.randn(T, self.hidden_size, generator=g)
+        hidden_states = torch.as_tensor(hidden_states, dtype=self.vllm_config.model_config.dtype)
+        if positions is None:
+            positions = torch.arange(T, dtype=torch.int64)
+        if token_ids is None:
+            token_ids = torch.randint(3, 200, (T,), generator=g)
+        token_ids = torch.as_tensor(token_ids, dtype=torch.int32)
+        if num_rejected is not None:
+            num_rejected = torch.as_tensor(num_rejected, dtype=torch.int32)
+        last = torch.where(valid > 0, full.gather(1, (valid.long() - 1).clamp(min=0)[:, None])[:, 0],
+                           torch.zeros_like(valid))
+        p = self.proposer
+        p._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states,
+                   "sampled_token_ids": full, "valid_count": valid, "req_ids": list(req_ids)}
+        hook_inputs: dict[str, Any] = {}
+        if p.update_bindings:
+            hook = getattr(p.model, self.drafter.update_state)
+
+            def spy(**kw):
+                hook_inputs.update({n: v.clone() for n, v in kw.items()})
+                return hook(**kw)
+
+            setattr(p.model, self.drafter.update_state, spy)
+        try:
+            with set_current_vllm_config(self.vllm_config):
+                drafts = p.propose(self.k, token_ids, positions, hidden_states, last, None,
+                                   _AttnMeta(qsl, T), None, num_rejected_tokens_gpu=num_rejected)
+        finally:
+            if p.update_bindings:
+                delattr(p.model, self.drafter.update_state)
+        inputs = {b.param: p.buffers[b.key][: T if b.source.rows == "token" else B].clone()
+                  for b in p.forward_bindings if b.source is not None}
+        state = {}
+        if p.pool is not None:
+            state = {name: p.buffers[("state", name)][:B].clone() for name in p.pool.tensors}
+        return StepResult(drafts.clone(), inputs, hook_inputs, state)
+
+    # -- request lifecycle ---------------------------------------------------------
+
+    def state(self, req_id: str) -> dict[str, Any]:
+        """The carried state of ``req_id`` (``{}`` for a drafter without state, or an unknown request)."""
+        pool = self.proposer.pool
+        if pool is None or req_id not in pool.slot_of:
+            return {}
+        slot = pool.slot_of[req_id]
+        return {name: t[slot].clone() for name, t in pool.tensors.items()}
+
+    def finish(self, req_id: str) -> None:
+        """The request finished or was aborted: its state slot is freed (as the runner shim does)."""
+        self.proposer.on_request_removed(req_id)
+
+    def resume(self, req_id: str) -> None:
+        """The request resumes after preemption: ``on_preempt="reset"`` state starts again from its init."""
+        self.proposer.on_request_resumed(req_id)
+
+    @property
+    def live_requests(self) -> int:
+        return len(self.proposer.pool) if self.proposer.pool is not None else 0
