@@ -16,7 +16,7 @@ import torch
 
 from vllm_spec_mlp.config import MLPSpeculatorConfig
 
-# An IBM *-accelerator config.json (ibm-ai-platform/llama3-8b-accelerator's fields).
+# A config.json with every field fms-extras' MLPSpeculatorPreTrainedModel writes (a Llama-3-8B-sized speculator).
 IBM_CONFIG = {
     "architectures": ["MLPSpeculatorPreTrainedModel"], "emb_dim": 4096, "inner_dim": 0,
     "model_type": "mlp_speculator", "n_candidates": 5, "n_predict": 4, "scale_input": True,
