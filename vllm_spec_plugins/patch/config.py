@@ -395,9 +395,9 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                 self.speculative_config = cfg
             model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
             model = model or getattr(self, "spec_model", None)
-            raw = cfg if isinstance(cfg, dict) else {}
+            raw = {str(key).replace("-", "_"): v for key, v in cfg.items()} if isinstance(cfg, dict) else {}
             k = raw.get("num_speculative_tokens", getattr(self, "spec_tokens", None))
-            user_draft_tp = raw.get("draft_tensor_parallel_size", raw.get("draft-tensor-parallel-size"))
+            user_draft_tp = raw.get("draft_tensor_parallel_size")
             if not supported:
                 claimed = _claims(host, model, alias)
                 if claimed:
