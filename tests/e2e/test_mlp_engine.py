@@ -113,6 +113,8 @@ def test_tied_greedy_output_equals_no_speculation(baseline, tied, tiny):
     assert r.outputs == baseline.outputs
     assert r.metrics["accepted"] > 0 and len(r.accepted_per_pos) == 3
     assert INFO_LINE.format(tiny["mlp_tied"]) in r.log
+    # the checkpoint's candidate tree (top_k_tokens_per_head [4, 3, 2, 2]) cannot be verified by vLLM: said at load
+    assert "drafts the greedy chain (top-1 per head); its candidate tree top_k_tokens_per_head=[4, 3, 2, 2]" in r.log
 
 
 def test_tied_scaled_drafts_equal_torch_reference(tiny, tied):

@@ -16,6 +16,7 @@ no mean subtraction, ``x * rsqrt(mean(x**2) + 1e-6)``, then a learned scale and 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -30,6 +31,8 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, 
 #: (``speculator.`` when saved from fms-extras' ``MLPSpeculatorPreTrainedModel``).
 _KEY = re.compile(r"^(?P<prefix>.*?)(?P<kind>emb|proj|head|ln)\.(?P<idx>\d+)\.(?P<part>weight|bias)$")
 _EPS = 1e-6
+
+logger = logging.getLogger("vllm.spec_plugins.mlp_speculator")
 
 
 def parse_key(name: str) -> tuple[str, int, str] | None:
@@ -106,6 +109,11 @@ class MLPSpeculatorDraftModel(nn.Module):
         self.state_weight = 0.5 ** (0.5 / self.n_predict)
         self.emb_weight = math.sqrt((1 - self.state_weight ** 2) * (self.inner_dim / 2))
         self.alpha = self.emb_weight / self.state_weight
+        top_k = getattr(config, "top_k_tokens_per_head", None)
+        if top_k and any(t > 1 for t in top_k):
+            logger.info("vllm-spec-mlp: '%s' drafts the greedy chain (top-1 per head); its candidate tree "
+                        "top_k_tokens_per_head=%s is not used: vLLM verifies one chain of drafts per request",
+                        self.checkpoint, list(top_k))
 
         def pre(name: str) -> str:
             return f"{prefix}.{name}" if prefix else name
