@@ -35,7 +35,8 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     import torch
     from safetensors.torch import save_file
 
-    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle, make_tiny_eagle3, make_tiny_medusa, make_tiny_target
+    from vllm_spec_plugins.testing.fixtures import (make_tiny_eagle, make_tiny_eagle3, make_tiny_medusa,
+                                                    make_tiny_mlp_speculator, make_tiny_target)
 
     d = tmp_path_factory.mktemp("ckpt")
     target = make_tiny_target(d / "target")
@@ -61,6 +62,12 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         # "eagle3" in the folder name: vLLM's path heuristic picks method "eagle3" without being told.
         # Draft vocabulary: the target's 200 most frequently produced tokens (d2t/t2d).
         "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=200),
+        # IBM fms-extras layout: untied; tied, stored once, scale_input, 'speculator.' prefix; tied at every index (.bin)
+        "mlp": make_tiny_mlp_speculator(d / "mlp", target, n_predict=3),
+        "mlp_tied": make_tiny_mlp_speculator(d / "mlp_tied", target, n_predict=4, tie_weights=True, scale_input=True,
+                                             prefix="speculator."),
+        "mlp_tied_all": make_tiny_mlp_speculator(d / "mlp_tied_all", target, n_predict=3, tie_weights=True,
+                                                 tied_keys="all", fmt="bin", seed=6),
     }
 
 

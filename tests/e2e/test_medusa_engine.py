@@ -49,8 +49,8 @@ def test_greedy_output_equals_no_speculation(baseline, ours):
 def test_info_line_names_plugin_distribution_and_version(tiny, ours):
     assert INFO_LINE.format(tiny["medusa"]) in ours.log
     # vLLM 0.32 loads model_type medusa with its own MedusaConfig; the plugin's class replaces it, and says so
-    assert (f"draft '{tiny['medusa']}': config loaded with the class of plugin 'medusa', "
-            f"vllm_spec_medusa.config:MedusaConfig, instead of vllm.") in ours.log
+    assert (f"draft '{tiny['medusa']}' (model_type 'medusa'): config loaded with plugin 'medusa' class "
+            f"vllm_spec_medusa.config:MedusaConfig instead of vllm.") in ours.log
 
 
 @pytest.mark.skipif(_vllm_minor() != (0, 32), reason="vLLM 0.33 removed the built-in Medusa oracle")

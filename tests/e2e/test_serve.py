@@ -33,8 +33,9 @@ def _metric(text: str, name: str) -> float:
     return total
 
 
-@pytest.fixture(scope="module", params=[("medusa", "medusa", "vllm-spec-medusa"), ("eagle", "eagle", "vllm-spec-eagle")],
-                ids=["medusa", "eagle"])
+@pytest.fixture(scope="module", params=[("medusa", "medusa", "vllm-spec-medusa"), ("eagle", "eagle", "vllm-spec-eagle"),
+                                        ("mlp", "mlp_speculator", "vllm-spec-mlp")],
+                ids=["medusa", "eagle", "mlp"])
 def server(request, tiny, tmp_path_factory):
     draft, plugin, dist = request.param
     port = _free_port()
@@ -70,7 +71,8 @@ def server(request, tiny, tmp_path_factory):
 
 
 def test_completion_with_plugin_drafts_and_metrics(server, tiny):
-    """--spec-model alone: the medusa checkpoint's model_type, the EAGLE folder name (tiny-eagle-1) select."""
+    """--spec-model alone: the medusa and MLP speculator checkpoints' model_type, the EAGLE folder name (tiny-eagle-1)
+    select the plugin."""
     base, log_path, draft, plugin, dist = server
     resp = requests.post(f"{base}/v1/completions", json={
         "model": str(tiny["target"]), "prompt": "hello world, hello world", "max_tokens": 48,

@@ -505,3 +505,90 @@ def test_finalize_refuses_a_bad_policy_setting(host, monkeypatch, value, match):
 def test_finalize_accepts_policy_settings(host, monkeypatch, value):
     monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY", value)
     assert finalize_spec(host, spec_for(num_heads=4), None, True).method == "draft_model"
+
+
+# -- a plugin config class replacing vLLM's, draft TP of heads drafters, K checked before vLLM ----
+
+
+class VllmOwnConfig:
+    """Stands in for vLLM 0.32's own class for a model_type a plugin also claims."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def test_finalize_logs_when_plugin_config_class_replaces_vllms(host, caplog):
+    spec = spec_for(archs=("TinyArch",), model_type="tiny")
+    spec.draft_model_config.hf_config = VllmOwnConfig(architectures=["TinyArch"], model_type="tiny")
+    with attach(caplog.handler, "vllm.spec_plugins"), caplog.at_level(logging.INFO, "vllm.spec_plugins"):
+        finalize_spec(host, spec, None, True)
+    assert isinstance(spec.draft_model_config.hf_config, TinyConfig)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert (f"vllm_spec_plugins: draft '/ckpt/medusa-tiny' (model_type 'tiny'): config loaded with plugin 'tiny' "
+            f"class {__name__}:TinyConfig instead of {__name__}.VllmOwnConfig") in msgs
+
+
+class _Spec(types.SimpleNamespace):
+    made: list = []
+
+    @staticmethod
+    def create_draft_parallel_config(target_parallel_config, speculative_draft_tensor_parallel_size,
+                                     draft_model_config=None):
+        _Spec.made.append(speculative_draft_tensor_parallel_size)
+        return types.SimpleNamespace(tensor_parallel_size=speculative_draft_tensor_parallel_size)
+
+
+def _tp_spec(target_tp, draft_tp, **kw):
+    spec = _Spec(**vars(spec_for(num_heads=3, **kw)))
+    spec.target_parallel_config = types.SimpleNamespace(tensor_parallel_size=target_tp)
+    spec.draft_parallel_config = types.SimpleNamespace(tensor_parallel_size=draft_tp)
+    spec.draft_tensor_parallel_size = draft_tp
+    return spec
+
+
+def test_finalize_heads_drafter_takes_target_tp(host, caplog):
+    """vLLM 0.32 sets draft TP 1 for mlp_speculator; a heads drafter runs on the target's TP group."""
+    _Spec.made.clear()
+    spec = _tp_spec(2, 1)
+    with attach(caplog.handler, "vllm.spec_plugins"), caplog.at_level(logging.INFO, "vllm.spec_plugins"):
+        finalize_spec(host, spec, None, True)
+    assert spec.draft_tensor_parallel_size == 2 and spec.draft_parallel_config.tensor_parallel_size == 2
+    assert _Spec.made == [2]
+    assert any("draft tensor parallel size 1 -> 2" in r.getMessage() for r in caplog.records)
+    # equal already: untouched
+    _Spec.made.clear()
+    same = _tp_spec(2, 2)
+    finalize_spec(host, same, None, True)
+    assert _Spec.made == []
+
+
+def test_finalize_heads_drafter_user_draft_tp_mismatch(host):
+    spec = _tp_spec(2, 1)
+    with pytest.raises(PluginContractError, match=r"draft_tensor_parallel_size=1, but draft '/ckpt/medusa-tiny' "
+                                                  r"\(plugin 'medlike'.*target's tensor parallelism \(2\)"):
+        finalize_spec(host, spec, None, True, user_draft_tp=1)
+    ok = _tp_spec(2, 2)
+    finalize_spec(host, ok, None, True, user_draft_tp=2)
+
+
+def test_precheck_max_tokens_before_vllm(host, tmp_path):
+    """K is checked against a local plugin checkpoint before vLLM's own rules on its config fields."""
+    from vllm_spec_plugins.patch.config import _precheck_max_tokens
+
+    (tmp_path / "config.json").write_text('{"architectures": ["FixedK"]}')
+    with pytest.raises(PluginContractError, match=r"num_speculative_tokens=3, but draft .*at most 2 tokens"):
+        _precheck_max_tokens(host, str(tmp_path), None, 3)
+    _precheck_max_tokens(host, str(tmp_path), None, 2)
+    _precheck_max_tokens(host, str(tmp_path), None, None)  # K from the config: vLLM decides
+    _precheck_max_tokens(host, str(tmp_path / "missing"), None, 9)  # not a local folder: checked after vLLM
+    # a config attribute: read with the plugin's config class
+    (tmp_path / "config.json").write_text('{"architectures": ["TinyArch"], "model_type": "tiny"}')
+    _precheck_max_tokens(host, str(tmp_path), None, 3)  # this drafter declares no maximum
+    capped = host_with(FakeEntryPoint("tiny", plugin_registering(
+        heads("TinyArch", model_type="tiny", config_class=f"{__name__}:TinyConfig", max_speculative_tokens="num_heads")),
+        dist="tiny-dist"))
+    with pytest.raises(PluginContractError, match=r"at most 2 tokens per step \(num_heads=2\)"):
+        _precheck_max_tokens(capped, str(tmp_path), None, 3)
+    # unclaimed checkpoints are vLLM's business
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    _precheck_max_tokens(host, str(tmp_path), None, 99)

@@ -20,8 +20,13 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    :func:`.config.alias_route`); post: select the
    plugin from the draft config (architectures, model_type), set ``method =
    "draft_model"`` for heads drafters (attention drafters must be on their
-   ``eagle``/``eagle3`` route), reload the config with the plugin's class, fill missing
-   hidden/vocab sizes from the target, check ``num_speculative_tokens``, set aux
+   ``eagle``/``eagle3`` route), reload the config with the plugin's class (an INFO
+   line when it replaces vLLM's own, as 0.32's for ``medusa``/``mlp_speculator``), fill
+   missing hidden/vocab sizes from the target, check ``num_speculative_tokens`` (for a
+   local plugin checkpoint already *before* the original, so vLLM's field rules such as
+   ``n_predict`` divisibility cannot reject it first with an error naming no plugin),
+   give heads drafters the target's draft TP (0.32 sets 1 for ``mlp_speculator``; rebuilt
+   with ``SpeculativeConfig.create_draft_parallel_config``), set aux
    layer ids (attention drafters: only when the config sets the key, else vLLM's
    default layers), raise the draft max_model_len for position-free drafters, stamp
    ``vsp_plugin``/``vsp_dist``/``vsp_architecture`` on the draft hf_config (pickled
@@ -29,7 +34,7 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    patch is installed, to refuse plugin drafts with a clear error.
    Remove when: vLLM resolves draft methods through a registry plugins can extend.
    Supported vLLM: 0.32, 0.33 (same body). Verified by: tests/e2e/test_medusa_engine.py,
-   tests/unit/test_shim.py.
+   tests/e2e/test_mlp_engine.py, tests/unit/test_shim.py.
 2. ``vllm.config.vllm.VllmConfig._get_v2_model_runner_unsupported_features`` — :mod:`.config`
    Why: on GPU, Model Runner V2 is the default for ``draft_model``; our hooks are
    in the V1 runner. How: append a reason when the spec is a plugin spec, so the

@@ -165,8 +165,13 @@ def _resolve_dim(d: Drafter, hf_config: Any, dim: int | str, what: str) -> int:
     return value
 
 
-def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: bool) -> Any:
-    """Post-process the SpeculativeConfig vLLM built: route a plugin draft to the plugin."""
+def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: bool,
+                  user_draft_tp: int | None = None) -> Any:
+    """Post-process the SpeculativeConfig vLLM built: route a plugin draft to the plugin.
+
+    ``user_draft_tp``: the ``draft_tensor_parallel_size`` the user passed, if any (vLLM's
+    own choice cannot be told from the user's once the config is built).
+    """
     dmc = getattr(spec, "draft_model_config", None)
     if dmc is None:
         if alias:
@@ -202,16 +207,18 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 f"(for a checkpoint that is not a local folder: \"method\": \"{want}\"; the draft's architecture "
                 f"still selects the plugin).",
                 plugin_name=drafter.name, dist=drafter.display_dist)
-    # Load the config with the plugin's own class when vLLM used another one (0.32 owns 'medusa').
+    # Load the config with the plugin's own class when vLLM used another one (0.32 has its own classes for
+    # 'medusa' and 'mlp_speculator', and loads them before AutoConfig): the plugin's class wins, and says so.
     if drafter.config_class:
         cls = _import(drafter.config_class)
         if not isinstance(hf, cls):
-            replaced = f"{type(hf).__module__}.{type(hf).__qualname__}"
+            before = f"{type(hf).__module__}.{type(hf).__qualname__}"
             hf = cls.from_pretrained(path, revision=getattr(dmc, "revision", None))
-            logger.info("vllm_spec_plugins: draft '%s': config loaded with the class of plugin '%s', %s, "
-                        "instead of %s", path, drafter.name, drafter.config_class, replaced)
             dmc.hf_config = hf
             dmc.hf_text_config = hf
+            logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
+                        "instead of %s", path, getattr(hf, "model_type", None), drafter.name, drafter.config_class,
+                        before)
     tmc = spec.target_model_config
     if getattr(hf, "hidden_size", None) is None:
         hf.hidden_size = tmc.get_hidden_size()
@@ -219,15 +226,9 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
         hf.vocab_size = tmc.get_vocab_size()
     if not getattr(hf, "architectures", None):
         hf.architectures = [drafter.architectures[0]]
-    k = spec.num_speculative_tokens
-    if drafter.max_speculative_tokens is not None and k is not None:
-        most = _resolve_dim(drafter, hf, drafter.max_speculative_tokens, "max_speculative_tokens")
-        if k > most:
-            raise PluginContractError(
-                f"vllm_spec_plugins: num_speculative_tokens={k}, but draft '{path}' (plugin {drafter.name!r}, "
-                f"{drafter.display_dist}) can propose at most {most} tokens per step "
-                f"({drafter.max_speculative_tokens}={most}). Pass --spec-tokens {most} or fewer.",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+    _check_max_tokens(drafter, hf, spec.num_speculative_tokens, path)
+    if drafter.kind == "heads":
+        _heads_draft_tp(drafter, spec, path, user_draft_tp)
     if drafter.aux_layer_ids:
         ids = getattr(hf, drafter.aux_layer_ids, None)
         if not ids and drafter.kind == "attention":
@@ -239,7 +240,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 plugin_name=drafter.name, dist=drafter.display_dist)
         else:
             hf.eagle_aux_hidden_state_layer_ids = list(ids)
-    _check_policy_env(drafter, k)
+    _check_policy_env(drafter, spec.num_speculative_tokens)
     if drafter.position_free:
         dmc.max_model_len = spec.target_model_config.max_model_len
     setattr(hf, PLUGIN_ATTR, drafter.name)
@@ -264,6 +265,78 @@ def _check_policy_env(drafter: Drafter, k: int | None) -> None:
             f"vllm_spec_plugins: {ENV_POLICY}={settings.pin} pins more draft tokens per step than "
             f"num_speculative_tokens={k}; pass --spec-tokens {settings.pin} or pin {k} or fewer",
             plugin_name=drafter.name, dist=drafter.display_dist)
+
+
+def _check_max_tokens(drafter: Drafter, hf: Any, k: int | None, path: str | None) -> None:
+    """Raise when ``k`` draft tokens per step exceed what the checkpoint supports."""
+    if drafter.max_speculative_tokens is None or k is None:
+        return
+    most = _resolve_dim(drafter, hf, drafter.max_speculative_tokens, "max_speculative_tokens")
+    if k > most:
+        raise PluginContractError(
+            f"vllm_spec_plugins: num_speculative_tokens={k}, but draft '{path}' (plugin {drafter.name!r}, "
+            f"{drafter.display_dist}) can propose at most {most} tokens per step "
+            f"({drafter.max_speculative_tokens}={most}). Pass --spec-tokens {most} or fewer.",
+            plugin_name=drafter.name, dist=drafter.display_dist)
+
+
+def _heads_draft_tp(drafter: Drafter, spec: Any, path: str | None, user_draft_tp: int | None) -> None:
+    """Heads drafters run in the target's workers, on the target's tensor-parallel group.
+
+    Their draft TP is the target's. vLLM 0.32 sets the draft TP of ``model_type:
+    mlp_speculator`` checkpoints to 1 (``SpeculativeConfig._verify_and_get_draft_tp``), and
+    its draft-model proposer then refuses to start under TP > 1; that choice is undone here.
+    A ``draft_tensor_parallel_size`` the user passed that differs from the target's is an error.
+    """
+    target_pc = getattr(spec, "target_parallel_config", None)
+    draft_pc = getattr(spec, "draft_parallel_config", None)
+    if target_pc is None or draft_pc is None:
+        return
+    tp = target_pc.tensor_parallel_size
+    if draft_pc.tensor_parallel_size == tp:
+        return
+    if user_draft_tp is not None and user_draft_tp != tp:
+        raise PluginContractError(
+            f"vllm_spec_plugins: draft_tensor_parallel_size={user_draft_tp}, but draft '{path}' (plugin "
+            f"{drafter.name!r}, {drafter.display_dist}) is a heads drafter: it runs in the target's workers with the "
+            f"target's tensor parallelism ({tp}). Drop draft_tensor_parallel_size or set it to {tp}.",
+            plugin_name=drafter.name, dist=drafter.display_dist)
+    logger.info("vllm_spec_plugins: draft '%s' (plugin '%s'): draft tensor parallel size %d -> %d (heads drafters "
+                "use the target's tensor parallelism)", path, drafter.name, draft_pc.tensor_parallel_size, tp)
+    spec.draft_tensor_parallel_size = tp
+    spec.draft_parallel_config = type(spec).create_draft_parallel_config(
+        target_pc, tp, draft_model_config=spec.draft_model_config)
+
+
+def _precheck_max_tokens(host: PluginHost, model: str | None, alias: str | None, k: Any) -> None:
+    """Check ``num_speculative_tokens`` against a local plugin checkpoint before vLLM builds its config.
+
+    vLLM's own rules on config fields fire first otherwise, with errors that name no plugin
+    (0.32: ``num_speculative_tokens must be divisible by n_predict`` for any config with an
+    ``n_predict``). Only local folders are read here; hub ids get the same check after vLLM
+    loaded their config, unless one of vLLM's rules stops it first.
+    """
+    if not isinstance(k, int):
+        return
+    cfg = _local_config(model)
+    if not cfg:
+        return
+    try:
+        drafter = host.select(list(cfg.get("architectures") or []), cfg.get("model_type"), alias)
+    except VllmSpecPluginError:
+        return  # reported with the full config later
+    if drafter is None or drafter.max_speculative_tokens is None:
+        return
+    if isinstance(drafter.max_speculative_tokens, int):
+        hf: Any = None
+    elif drafter.config_class:
+        try:
+            hf = _import(drafter.config_class).from_pretrained(model)
+        except Exception:
+            return  # vLLM's loading reports what is wrong with the config
+    else:
+        return
+    _check_max_tokens(drafter, hf, k, model)
 
 
 def _version_error(model: str | None, plugin: str) -> UnsupportedVllmError:
@@ -340,11 +413,15 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                 self.speculative_config = cfg
             model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
             model = model or getattr(self, "spec_model", None)
+            raw = {str(key).replace("-", "_"): v for key, v in cfg.items()} if isinstance(cfg, dict) else {}
+            k = raw.get("num_speculative_tokens", getattr(self, "spec_tokens", None))
+            user_draft_tp = raw.get("draft_tensor_parallel_size")
             if not supported:
                 claimed = _claims(host, model, alias)
                 if claimed:
                     raise _version_error(model, claimed)
                 return original(self, target_model_config, target_parallel_config)
+            _precheck_max_tokens(host, model, alias, k)
             try:
                 spec = original(self, target_model_config, target_parallel_config)
             except VllmSpecPluginError:
@@ -354,7 +431,7 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                 if note:
                     raise RuntimeError(f"{type(e).__name__}: {e}\n{note}") from e
                 raise
-            return finalize_spec(host, spec, alias, supported)
+            return finalize_spec(host, spec, alias, supported, user_draft_tp=user_draft_tp)
 
         return create_speculative_config
 

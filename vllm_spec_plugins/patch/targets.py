@@ -72,6 +72,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         _SPEC,
+        "SpeculativeConfig.create_draft_parallel_config",
+        params=("target_parallel_config", "speculative_draft_tensor_parallel_size"),
+        why="patch 1: heads drafters get the target's draft TP back (0.32 sets 1 for mlp_speculator)",
+    ),
+    Target(
+        _SPEC,
         "SpeculativeMethod",
         kind="attribute",
         why="patch 1: read (never widened) to know whether vLLM itself accepts a plugin alias",

@@ -289,3 +289,77 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
 
     save_file({k: v.contiguous() for k, v in sd.items()}, str(path / "model.safetensors"))
     return path
+
+
+def make_tiny_mlp_speculator(path: str | os.PathLike, target: str | os.PathLike, *, n_predict: int = 3,
+                             tie_weights: bool = False, scale_input: bool = False, prefix: str = "",
+                             tied_keys: str = "once", inner_dim: int = 0, proj_scale: float = 10.0,
+                             seed: int = 5, fmt: str = "safetensors") -> Path:
+    """An MLP speculator checkpoint (IBM fms-extras layout) for the tiny target.
+
+    Built to be accepted often, the way the Medusa fixture is: the rows of every ``emb.{i}``
+    are random unit-RMS vectors ``E[t]``, and every ``head.{i}`` holds the matching rows of
+    ``GELU(E)`` (normalised), so a state dominated by the previous token's embedding
+    proposes that token again (a random tiny target often repeats itself). The
+    projections are random (``proj_scale`` sets the RMS of ``proj(x)`` relative to ``x``;
+    the embedding term's is about 4): the target hidden state and the chained states mix
+    in, so many drafts are not repetitions and every part of the math shows in them. With
+    the default 10, on the tiny target about 60% of first drafts repeat the last token
+    (about 90% with ``scale_input``, which scales the hidden state down by sqrt(2)).
+
+    Args:
+        tie_weights: one ``emb``, ``head`` and ``ln`` for all heads, one ``proj`` for heads 1..
+        tied_keys: with ``tie_weights``: ``"once"`` stores each shared tensor once (at its
+            first index, as Hugging Face's safetensors writer does), ``"all"`` at every index.
+        prefix: key prefix, e.g. ``"speculator."`` (fms-extras' ``MLPSpeculatorPreTrainedModel``).
+        inner_dim: written as is; 0 means ``emb_dim`` (128).
+        fmt: ``safetensors`` or ``bin``.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    inner = inner_dim or HIDDEN
+    distinct = 1 if tie_weights else n_predict
+
+    def rms_rows(x):
+        return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt()
+
+    embs, heads = [], []
+    for _ in range(distinct):
+        e = rms_rows(torch.randn(VOCAB, inner, generator=g))
+        embs.append(e)
+        h = F.gelu(e)
+        heads.append(h / h.norm(dim=-1, keepdim=True) * 4.0)
+    projs = [torch.randn(inner, HIDDEN if i == 0 else inner, generator=g) * (proj_scale / (HIDDEN if i == 0 else inner)
+                                                                            ** 0.5)
+             for i in range(min(n_predict, 2) if tie_weights else n_predict)]
+    lns = [(1.0 + 0.1 * torch.randn(inner, generator=g), 0.1 * torch.randn(inner, generator=g))
+           for _ in range(distinct)]
+    sd = {}
+    for i in range(n_predict):
+        if tie_weights and tied_keys == "once" and i > 0:
+            if i == 1:
+                sd[f"{prefix}proj.1.weight"] = projs[1]
+            continue
+        j = 0 if tie_weights else i
+        sd[f"{prefix}emb.{i}.weight"] = embs[j].clone()
+        sd[f"{prefix}head.{i}.weight"] = heads[j].clone()
+        sd[f"{prefix}ln.{i}.weight"] = lns[j][0].clone()
+        sd[f"{prefix}ln.{i}.bias"] = lns[j][1].clone()
+        sd[f"{prefix}proj.{i}.weight"] = projs[min(i, 1) if tie_weights else i].clone()
+    cfg = {"architectures": ["MLPSpeculatorPreTrainedModel"], "model_type": "mlp_speculator", "emb_dim": HIDDEN,
+           "inner_dim": inner_dim, "vocab_size": VOCAB, "n_predict": n_predict,
+           "top_k_tokens_per_head": [4, 3, 2, 2, 2, 2, 2, 2][:n_predict], "n_candidates": 5,
+           "tie_weights": tie_weights, "scale_input": scale_input, "torch_dtype": "float32"}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {k: v.contiguous() for k, v in sd.items()}
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(sd, str(path / "model.safetensors"))
+    else:
+        torch.save(sd, str(path / "pytorch_model.bin"))
+    return path
