@@ -1,4 +1,5 @@
-"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins."""
+"""``vllm-spec-plugins`` command line: ``list`` the installed drafter plugins; ``cpu-env`` prints the
+``LD_PRELOAD`` line for vLLM's CPU build (``eval "$(vllm-spec-plugins cpu-env)"``)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="list installed drafter plugins")
     p_list.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_parser("cpu-env", help="print `export LD_PRELOAD=...` for Intel OpenMP and tcmalloc (vLLM's CPU build); "
+                                   "use as: eval \"$(vllm-spec-plugins cpu-env)\"")
     args = parser.parse_args(argv)
+    if args.cmd == "cpu-env":
+        from .cpu_env import HINT, preload_libs, shell_line
+
+        line = shell_line()
+        if line:
+            print(line)
+        if len(preload_libs()) < 2:
+            print(f"# note: {HINT}", file=sys.stderr)
+        return 0
     if args.cmd == "list":
         from .manager import list_plugins
 
