@@ -60,7 +60,7 @@ def _json_objects(text: str) -> list[dict]:
 
 
 def _metric(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+    return sum(float(v) for v in re.findall(re.escape(name) + r"(?:\{[^}]*\})? ([0-9.eE+-]+)", text))
 
 
 def test_readme_has_the_quickstart_blocks():
