@@ -8,10 +8,14 @@ robin, repetition after repetition, so machine drift hits every row alike; ratio
 (speedup over no speculation, ours over built-in) are taken within a repetition and
 their median reported. Greedy, held-out prompts only (``bench.prompts.heldout_prompts``).
 
-Writes ``bench/out/results.json`` and ``bench/out/results.md``.
+Every engine gets vLLM's CPU runtime (Intel OpenMP and tcmalloc in ``LD_PRELOAD``, docs/cpu.md) unless
+``--cpu-runtime off``; ``--cpu-runtime both`` measures every row with and without it instead, the two engines
+of a row alive together and interleaved. Writes ``bench/out/results.json`` and ``bench/out/results.md``.
 
     python -m bench.run            # full
-    python -m bench.run --quick    # under 5 minutes
+    python -m bench.run --quick    # under 5 minutes: engines start together, short warm-up, one repetition
+    python -m bench.run --cpu-runtime both --max-tokens 64 --prompts-c1 2 --repeats 2 --parallel-start \
+        --warmup-tokens 16 --out bench/out/cpu-runtime   # the LD_PRELOAD measurement in docs/benchmarks.md
 """
 
 from __future__ import annotations
