@@ -64,7 +64,7 @@ bench-overhead: setup
 # its sdist (so the sdist is complete), with this environment's setuptools; twine checks metadata and README.
 DIST_PROJECTS := . $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 dist: setup
-	rm -rf dist
+	rm -rf dist && mkdir -p .cache
 	@for p in $(DIST_PROJECTS); do echo "==> building $$p"; \
 	  $(PY) -m build --no-isolation --outdir dist $$p > .cache/dist-build.log 2>&1 || { cat .cache/dist-build.log; exit 1; }; done
 	$(PY) -m twine check --strict dist/*
