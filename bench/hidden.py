@@ -1,7 +1,7 @@
 """Stage 2 of draft training: the target's final normed hidden states for every position of the train data.
 
 ``LlamaForCausalLM.model(input_ids).last_hidden_state`` (after the final RMSNorm, float32 compute) is what
-vLLM hands drafters: design/benchmarking.md found it reproduces vLLM's greedy tokens at 100 % of positions.
+vLLM hands drafters: the first attempt (bench/README.md) found it reproduces vLLM's greedy tokens at 100 % of positions.
 Sequences are prompt + answer from ``train.jsonl``; they are processed in groups (original order), sorted by
 length inside a group and right-padded (causal attention: padding at the end never reaches a real token, so
 no mask is needed). When the budget runs out, the groups done so far are kept.

@@ -1,6 +1,6 @@
 """Deterministic, diverse instructions for self-distilling draft models, in two disjoint splits.
 
-design/benchmarking.md: a first Medusa trained on 30 templates x 10 topics learnt the templates, not the
+bench/README.md ("A first attempt"): a first Medusa trained on 30 templates x 10 topics learnt the templates, not the
 target (41 % head-0 top-1 on its own templates, 19.5 % on new prompts). This generator varies task types,
 phrasings, topics, lengths and styles, and keeps a held-out split that shares NO task template and NO
 topic with training:

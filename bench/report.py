@@ -11,12 +11,24 @@ def _pct(xs: list[float]) -> str:
     return " / ".join(f"{x:.0%}" for x in xs) if xs else "–"
 
 
+def _runtime(s: dict) -> str:
+    mode = s.get("cpu_runtime")
+    if mode is None:  # reports from before the option
+        return ""
+    libs = s.get("ld_preload") or "nothing found"
+    return {"on": f"CPU runtime in LD_PRELOAD: {libs}. ",
+            "off": "No CPU runtime in LD_PRELOAD. ",
+            "both": f"Every row with the CPU runtime in LD_PRELOAD ({libs}) and without it, the two engines "
+                    "alive together and their timed phases interleaved. "}[mode]
+
+
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
         f"vLLM {report['vllm']} (CPU build), {report['machine']['cpus']} CPUs ({report['machine']['processor']}), "
         f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
         f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}. "
+        + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",
         "| row | concurrency | tokens/s | speedup vs no spec | mean acceptance length | acceptance per position | outputs = no spec |",
@@ -28,6 +40,13 @@ def markdown(report: dict) -> str:
             f"| {r['row']} | {r['concurrency']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{'–' if acc is None else f'{acc:.2f}'} | {_pct(r['acceptance_per_position'])} | "
             f"{'yes' if r['outputs_equal_no_spec'] else 'NO'} |")
+    if report.get("runtime"):
+        lines = lines[:2] + ["| row | concurrency | tokens/s with LD_PRELOAD | tokens/s without | ratio (median) | "
+                             "per repetition | same outputs |", "|---|---|---|---|---|---|---|"]
+        for r in sorted(report["runtime"], key=lambda r: r["concurrency"]):
+            lines.append(f"| {r['row']} | {r['concurrency']} | {r['tokens_per_s']:.1f} | "
+                         f"{r['tokens_per_s_without']:.1f} | {r['ratio']:.3f} | "
+                         f"{', '.join(f'{x:.3f}' for x in r['ratios'])} | {'yes' if r['outputs_equal'] else 'NO'} |")
     if report.get("paired"):
         lines += ["", "Paired ratios (same checkpoint, interleaved, median of per-repetition ratios):", "",
                   "| pair | concurrency | tokens/s ratio | per repetition |", "|---|---|---|---|"]

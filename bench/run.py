@@ -8,10 +8,14 @@ robin, repetition after repetition, so machine drift hits every row alike; ratio
 (speedup over no speculation, ours over built-in) are taken within a repetition and
 their median reported. Greedy, held-out prompts only (``bench.prompts.heldout_prompts``).
 
-Writes ``bench/out/results.json`` and ``bench/out/results.md``.
+Every engine gets vLLM's CPU runtime (Intel OpenMP and tcmalloc in ``LD_PRELOAD``, docs/cpu.md) unless
+``--cpu-runtime off``; ``--cpu-runtime both`` measures every row with and without it instead, the two engines
+of a row alive together and interleaved. Writes ``bench/out/results.json`` and ``bench/out/results.md``.
 
     python -m bench.run            # full
-    python -m bench.run --quick    # under 5 minutes
+    python -m bench.run --quick    # a few minutes: engines start together, short warm-up, one repetition
+    python -m bench.run --cpu-runtime both --max-tokens 64 --prompts-c1 2 --repeats 2 --parallel-start \
+        --warmup-tokens 16 --out bench/out/cpu-runtime   # the LD_PRELOAD measurement in docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class Engine:
     """A bench.engine_worker process."""
 
     def __init__(self, name: str, model: str, spec: dict | None, env: dict[str, str], log_dir: Path,
-                 max_num_seqs: int, max_model_len: int = 2048) -> None:
+                 max_num_seqs: int, max_model_len: int = 2048, wait: bool = True) -> None:
         self.name = name
         cfg = {"model": model, "speculative_config": spec, "max_num_seqs": max_num_seqs,
                "max_model_len": max_model_len}
@@ -45,16 +49,21 @@ class Engine:
         full_env.update(env)
         self.log_path = log_dir / f"{name}.log"
         self.log = open(self.log_path, "w")
-        t = time.perf_counter()
+        self._t0 = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.engine_worker", json.dumps(cfg)], cwd=ROOT,
                                      env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      text=True, bufsize=1)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until the worker's engine is up (``wait=False`` lets several engines start at once)."""
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"engine {name} failed to start; see {self.log_path}:\n"
+            raise RuntimeError(f"engine {self.name} failed to start; see {self.log_path}:\n"
                                + self.log_path.read_text()[-4000:])
         self.ready = json.loads(line)
-        self.start_seconds = time.perf_counter() - t
+        self.start_seconds = time.perf_counter() - self._t0
 
     def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
         self.proc.stdin.write(json.dumps({"cmd": "run", "prompts": prompts, "concurrency": concurrency,
@@ -148,6 +157,46 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool) -> dic
     return rows
 
 
+NO_RT = ", no LD_PRELOAD"
+
+
+def with_runtime(rows: dict[str, dict], mode: str) -> dict[str, dict]:
+    """Apply vLLM's CPU runtime (Intel OpenMP, tcmalloc in LD_PRELOAD: docs/cpu.md) to the rows.
+
+    ``on``: every row preloads what ``vllm_spec_plugins.cpu_env`` finds; ``off``: none does (an inherited
+    LD_PRELOAD is cleared); ``both``: every row twice, the copy without the runtime named ``<row>, no LD_PRELOAD``.
+    """
+    from vllm_spec_plugins.cpu_env import preload_env
+
+    on, off = preload_env(), {"LD_PRELOAD": ""}
+    out: dict[str, dict] = {}
+    for name, row in rows.items():
+        if mode in ("on", "both"):
+            out[name] = {**row, "env": {**row["env"], **on}}
+        if mode in ("off", "both"):
+            out[name + (NO_RT if mode == "both" else "")] = {**row, "env": {**row["env"], **off}}
+    return out
+
+
+def runtime_rows(with_rt: str, without: str, g: dict, concurrency: list[int]) -> list[dict]:
+    """One row with and without the CPU runtime, interleaved in one group: tokens/s and their paired ratio."""
+    out = []
+    for c in concurrency:
+        a, b = g["phases"][(with_rt, c)], g["phases"][(without, c)]
+        ratios = [(x["tokens"] / x["seconds"]) / (y["tokens"] / y["seconds"]) for x, y in zip(a, b)]
+        out.append({"row": with_rt, "concurrency": c,
+                    "tokens_per_s": statistics.median(x["tokens"] / x["seconds"] for x in a),
+                    "tokens_per_s_without": statistics.median(y["tokens"] / y["seconds"] for y in b),
+                    "ratio": statistics.median(ratios), "ratios": ratios,
+                    "outputs_equal": all(x["outputs"] == y["outputs"] for x, y in zip(a, b)),
+                    "start_seconds": g["starts"][with_rt], "start_seconds_without": g["starts"][without]})
+    return out
+
+
+def _suffix(name: str) -> str:
+    return NO_RT if name.endswith(NO_RT) else ""
+
+
 def summarize(name: str, phases: list[dict], base_phases: list[dict], prompts_n: int) -> dict:
     tps = [p["tokens"] / p["seconds"] for p in phases]
     speedups = [(p["tokens"] / p["seconds"]) / (b["tokens"] / b["seconds"]) for p, b in zip(phases, base_phases)]
@@ -181,11 +230,16 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
         for name in names:
             print(f"  starting {name} ...", flush=True)
             engines[name] = Engine(name.replace(" ", "_").replace(",", ""), str(target), rows[name]["spec"],
-                                   rows[name]["env"], log_dir, max_num_seqs=max(args.concurrency))
+                                   rows[name]["env"], log_dir, max_num_seqs=max(args.concurrency),
+                                   wait=not args.parallel_start)
+        for e in engines.values():
+            if args.parallel_start:
+                e.wait_ready()
+        warm = args.warmup_tokens or args.max_tokens
         for e in engines.values():  # warm-up: one request, then one full batch of each concurrency
-            e.run(prompts[:1], 1, args.max_tokens)
+            e.run(prompts[:1], 1, warm)
             for c in args.concurrency:
-                e.run(prompts[:c], c, args.max_tokens)
+                e.run(prompts[:c], c, warm)
         phases: dict[tuple[str, int], list[dict]] = {(n, c): [] for n in names for c in args.concurrency}
         order = list(names)
         for rep in range(args.repeats):
@@ -207,7 +261,7 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and repetitions (< 5 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer prompts, tokens and repetitions; engines start together (a few minutes)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
@@ -215,57 +269,77 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts-cn", type=int, default=1, help="batches per timed phase at concurrency > 1")
     ap.add_argument("--k-medusa", type=int, default=2, help="speculative tokens for Medusa (its first heads)")
     ap.add_argument("--k-eagle", type=int, default=2)
+    ap.add_argument("--cpu-runtime", choices=["on", "off", "both"], default="on",
+                    help="Intel OpenMP and tcmalloc in LD_PRELOAD for every engine (docs/cpu.md); both: every row "
+                         "with and without, side by side (default: on)")
+    ap.add_argument("--parallel-start", action="store_true",
+                    help="start a group's engines at once (faster; start-up seconds are then not comparable)")
+    ap.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up request (default: --max-tokens)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.max_tokens, args.prompts_c1, args.prompts_cn = 1, 64, 2, 1
+        args.parallel_start = True
+        args.warmup_tokens = args.warmup_tokens or 16
     from bench.smollm2 import ensure_smollm2
+    from vllm_spec_plugins.cpu_env import preload_env
 
     target = ensure_smollm2()
     version = vllm_minor()
     builtin_ok = version.startswith("0.32.")
     k_medusa = args.k_medusa
-    rows = rows_for(target, k_medusa, args.k_eagle, builtin_ok)
+    rows = with_runtime(rows_for(target, k_medusa, args.k_eagle, builtin_ok), args.cpu_runtime)
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts)
     args.out.mkdir(parents=True, exist_ok=True)
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
-    if args.quick:
+    if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
+        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n]
+    elif args.quick:
         groups = [[n for n in rows if "dropped" not in n]]
     else:
         groups = [[n for n in rows if "EAGLE" not in n], ["no speculation"] + [n for n in rows if "EAGLE" in n]]
     t0 = time.perf_counter()
     results = []
     paired = []
+    runtime = []
     for gi, names in enumerate(groups):
         print(f"group {gi + 1}/{len(groups)}: {', '.join(names)}", flush=True)
         g = run_group(names, rows, target, prompts, args, log_dir)
+        if args.cpu_runtime == "both":
+            runtime += runtime_rows(names[0], names[1], g, args.concurrency)
+            continue
         for c in args.concurrency:
-            base = g["phases"][("no speculation", c)]
             for name in names:
-                if name == "no speculation" and gi > 0:
+                if name.startswith("no speculation") and gi > 0:
                     continue
+                base = g["phases"][("no speculation" + _suffix(name), c)]
                 s = summarize(name, g["phases"][(name, c)], base, len(base[0]["outputs"]))
                 s.update(concurrency=c, group=gi + 1, start_seconds=g["starts"][name])
                 results.append(s)
-            for kind in ("Medusa", "EAGLE"):
-                ours, theirs = f"our {kind}", f"vLLM built-in {kind}"
+            pairs = [(f"our {kind}{sfx}", f"vLLM built-in {kind}{sfx}") for sfx in ("", NO_RT)
+                     for kind in ("Medusa", "EAGLE")]
+            pairs += [(n, n + NO_RT) for n in names if not n.endswith(NO_RT)]  # the CPU runtime, row by row
+            for ours, theirs in pairs:
                 if ours in names and theirs in names:
                     o, t = g["phases"][(ours, c)], g["phases"][(theirs, c)]
                     ratios = [(a["tokens"] / a["seconds"]) / (b["tokens"] / b["seconds"]) for a, b in zip(o, t)]
                     paired.append({"pair": f"{ours} / {theirs}", "concurrency": c,
                                    "ratio": statistics.median(ratios), "ratios": ratios})
     report = {
-        "command": "python -m bench.run" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m bench.run", *(sys.argv[1:] if argv is None else argv)]),
         "vllm": version,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpus": os.cpu_count()},
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
                      "prompts_c1": args.prompts_c1, "prompts_cn": args.prompts_cn, "k_medusa": k_medusa,
-                     "k_eagle": args.k_eagle, "dtype": "float32", "enforce_eager": True},
+                     "k_eagle": args.k_eagle, "dtype": "float32", "enforce_eager": True,
+                     "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
+                     "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens},
         "rows": results,
         "paired": paired,
+        "runtime": runtime,
         "wall_seconds": time.perf_counter() - t0,
     }
     from bench.report import markdown, write

