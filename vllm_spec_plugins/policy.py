@@ -309,7 +309,7 @@ class AdaptivePolicy:
         bucket = bucket_of(b)
         bk = self.buckets.get(bucket)
         if bk is None:
-            bk = self.buckets[bucket] = _Bucket(interval=cfg.probe_interval, next_probe=self.step + cfg.probe_interval)
+            bk = self._new_bucket(bucket)
         if self._probe_left > 0 and self._probe_bucket == bucket and self._probe_k is not None:
             self._probe_left -= 1
             self.probe_steps += 1
@@ -342,6 +342,14 @@ class AdaptivePolicy:
             return self._explore(bk, bucket, probe, cfg.probe_steps)
         self._set_best(bk, bucket, best, rates)
         return best
+
+    def _new_bucket(self, bucket: int) -> _Bucket:
+        """A batch size seen for the first time probes as rarely as the most confident bucket so far:
+        batch sizes come and go (every batch shrinks as its requests finish), and each starting its
+        own probing from scratch would spend many steps on probes."""
+        interval = max([self.cfg.probe_interval] + [b.interval for b in self.buckets.values()])
+        bk = self.buckets[bucket] = _Bucket(interval=interval, next_probe=self.step + interval)
+        return bk
 
     def _explore(self, bk: _Bucket, bucket: int, k: int, steps: int) -> int:
         self._probe_k = k
@@ -475,8 +483,7 @@ class AdaptivePolicy:
             return
         bk = self.buckets.get(bucket_of(b))
         if bk is None:
-            bk = self.buckets[bucket_of(b)] = _Bucket(interval=self.cfg.probe_interval,
-                                                      next_probe=self.step + self.cfg.probe_interval)
+            bk = self._new_bucket(bucket_of(b))
         bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window)).add(dt)
         self.step_seconds += dt
         self.timed_steps += 1
