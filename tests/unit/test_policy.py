@@ -259,14 +259,3 @@ def test_steps_slowed_by_something_else_do_not_mislead_it():
     assert pol.buckets[1].best == 3
     assert out["ks"][-500:].count(3) > 450
 
-
-def test_shrinking_batches_do_not_make_it_probe_all_the_time():
-    """Closed-loop batches of 16 that shrink as requests finish: many batch sizes, each seen briefly."""
-    clock = Clock()
-    pol = AdaptivePolicy(2, clock=clock)
-    step = 0
-    for _ in range(30):
-        for b in (16, 16, 16, 12, 10, 8, 6, 5, 4, 3, 2, 1):
-            simulate(pol, clock, steps=8, b=b, cost=cpu_big_batch, alpha=lambda s: 0.4, start=step)
-            step += 8
-    assert pol.probe_steps < 0.06 * step, pol.summary()
