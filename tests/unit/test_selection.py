@@ -194,3 +194,23 @@ def test_allow_list_typo_warns_with_installed_plugins(caplog):
 def test_drafter_dataclass_untouched():
     # Drafter keeps its public shape (a regression guard for the fakes above)
     assert Drafter(architectures=("A",), model_class="m:C").kind == "heads"
+
+
+def test_missing_model_module_is_named_before_vllms_error(tmp_path):
+    host = host_with(FakeEntryPoint("echo", plugin_registering(
+        heads("EchoDrafter", model_type="echo_drafter", model_class="vsp_no_such_module.model:Echo")),
+        dist="echo-dist", version="0.2"))
+    draft = _ckpt(tmp_path, "echo", architectures=["EchoDrafter"], model_type="echo_drafter")
+
+    def original(self, target_model_config, target_parallel_config):
+        raise ValueError("Model architectures ['EchoDrafter'] failed to be inspected. " + "x" * 5000)
+
+    args = types.SimpleNamespace(speculative_config={"model": draft, "num_speculative_tokens": 3}, spec_model=None,
+                                 spec_method=None)
+    with pytest.raises(RuntimeError) as ei:
+        make_create_speculative_config(host, True)(original)(args, None, None)
+    msg = str(ei.value)
+    assert msg.startswith(f"vllm_spec_plugins: draft '{draft}' is served by plugin 'echo' (echo-dist 0.2), whose "
+                          f"model class 'vsp_no_such_module.model:Echo' cannot be imported: module "
+                          f"'vsp_no_such_module.model' failed with ModuleNotFoundError")
+    assert "\n\nvLLM's error: ValueError: Model architectures ['EchoDrafter'] failed to be inspected" in msg
