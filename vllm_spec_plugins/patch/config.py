@@ -395,7 +395,9 @@ def _fill_from_target(host: PluginHost, hf: Any, alias: str | None, tmc: Any, pa
     """A plugin draft's config as the plugin reads it: loaded with the plugin's config class (vLLM 0.32
     loads ``model_type: medusa`` with its own class, whose defaults are 4096 / 32001), ``hidden_size`` and
     ``vocab_size`` left unset (missing or null) taken from the target. Returns the config to use."""
-    strip_stamps(hf)
+    removed = strip_stamps(hf)
+    if removed:
+        logger.info("vllm_spec_plugins: ignored %s in '%s/config.json' (only the shim sets them)", removed, path)
     try:
         d = host.select(list(getattr(hf, "architectures", None) or []), getattr(hf, "model_type", None), alias)
     except VllmSpecPluginError:
