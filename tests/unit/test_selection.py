@@ -228,3 +228,17 @@ def test_excluded_plugin_serving_the_draft_is_named(monkeypatch):
     assert msg.startswith("vllm_spec_plugins: this draft (model_type 'medusa') is served by plugin 'medusa' "
                           "(vllm-spec-medusa 0.1.0), which VLLM_SPEC_PLUGINS='eagle' excludes.")
     assert _excluded_claim(host, ["Qwen2ForCausalLM"], "qwen2") == ""
+
+
+def test_config_naming_nothing_says_what_to_add(tmp_path):
+    draft = _ckpt(tmp_path, "medusa-vicuna", medusa_num_heads=5, medusa_num_layers=1)
+
+    def original(self, target_model_config, target_parallel_config):
+        raise ValueError("Unrecognized model in x. Should have a `model_type` key in its config.json.")
+
+    args = types.SimpleNamespace(speculative_config=None, spec_model=draft, spec_method=None)
+    with pytest.raises(RuntimeError) as ei:
+        make_create_speculative_config(_host(), True)(original)(args, None, None)
+    msg = str(ei.value)
+    assert msg.startswith(f"vllm_spec_plugins: '{draft}/config.json' names neither an architecture nor a model_type")
+    assert "\"model_type\": \"medusa\" (plugin 'medlike', ml-dist 1.0)" in msg and "vllm_spec_plugin" in msg

@@ -473,6 +473,15 @@ def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
         claim = _excluded_claim(host, list(local.get("architectures") or []), local.get("model_type"))
         if claim:
             notes.append(claim)
+        elif not local.get("architectures") and not local.get("model_type"):
+            typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.name!r}, {d.display_dist})"
+                     for d in host.drafters if d.model_type]
+            notes.append(
+                f"vllm_spec_plugins: '{model}/config.json' names neither an architecture nor a model_type, so "
+                f"nothing can tell which drafter serves it (old FasterDecoding Medusa configs look like this). Pass "
+                f"--speculative-config '{{\"method\": \"<plugin>\", \"model\": \"{model}\", ...}}', or add "
+                f"\"{CONFIG_STAMP}\": \"<plugin>\" or the model_type to that config.json"
+                + (f": {', '.join(typed)}." if typed else "."))
     broken = host.describe_broken()
     if broken and not notes:
         notes.append("vllm_spec_plugins: " + broken)
