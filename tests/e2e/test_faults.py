@@ -66,7 +66,7 @@ def _degraded(r, baseline, model_class: str, what: str) -> None:
     assert "Original error:" in r.log or "vocabulary" in line
     # The first steps drafted (at most one row per prompt per step), then nothing more was scheduled.
     assert 0 < r.metrics["drafts"] <= (FAULT_AT - 1) * len(PROMPTS)
-    assert r.metrics["draft_tokens"] == 3 * r.metrics["drafts"]
+    assert 0 < r.metrics["draft_tokens"] <= 3 * r.metrics["drafts"]  # k <= 3 (the drafting policy may lower it)
 
 
 def test_forward_raising_degrades_to_no_speculation(tiny, env, baseline, tmp_path):
