@@ -20,7 +20,8 @@ Reported offline (held-out 5 % of the train sequences, float32 lm_head as served
   acceptance of draft position k given that positions < k were accepted.
 
 Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``bench/drafts/smollm2-eagle/``: ``config.json``
-(the target's Llama config with one layer, float16) and ``model.safetensors`` (float16 ``fc.*``,
+(the target's Llama config with one layer, float16, and ``"vllm_spec_plugin": "eagle"`` so that plain
+``--spec-model`` selects the EAGLE plugin) and ``model.safetensors`` (float16 ``fc.*``,
 ``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.mlp.{gate,up,down}_proj.weight``,
 ``layers.0.post_attention_layernorm.weight``), and ``train_report.json``.
 
@@ -53,6 +54,9 @@ def draft_config(target_cfg: dict):
         cfg.pop(k, None)
     cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", torch_dtype="float16",
                use_cache=True)
+    # A plain Llama config cannot say it is an EAGLE draft: the stamp names the plugin that serves it,
+    # so `--spec-model bench/drafts/smollm2-eagle` works without "method" (vllm_spec_plugins.routes.CONFIG_STAMP).
+    cfg["vllm_spec_plugin"] = "eagle"
     return cfg
 
 

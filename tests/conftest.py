@@ -116,6 +116,19 @@ def broken_plugin_path(tmp_path_factory) -> str:
     return str(target)
 
 
+@pytest.fixture(scope="session")
+def faulty_plugin_path(tmp_path_factory) -> str:
+    """The faulty test plugin (tests/plugins/faulty_drafter), pip-installed into a folder for PYTHONPATH.
+
+    It fails on purpose when its drafts are requested, and claims ``LlamaForCausalLM`` (a name
+    vLLM serves): installed, it must change nothing for Llama targets or plain Llama drafts."""
+    target = tmp_path_factory.mktemp("faulty-site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target),
+                    str(ROOT / "tests" / "plugins" / "faulty_drafter")], check=True)
+    return str(target)
+
+
 def with_pythonpath(path: str) -> dict[str, str]:
     old = os.environ.get("PYTHONPATH")
     return {"PYTHONPATH": path + (os.pathsep + old if old else "")}
@@ -129,9 +142,11 @@ POLICY_OFF = {"VLLM_SPEC_PLUGINS_POLICY": "off"}
 
 
 @pytest.fixture(scope="session")
-def baseline(tiny, broken_plugin_path):
-    """Greedy output without speculation. A broken third-party plugin is installed in this
-    engine's environment: plain vLLM must start anyway."""
+def baseline(tiny, broken_plugin_path, faulty_plugin_path):
+    """Greedy output without speculation. A broken third-party plugin, and one that claims the
+    target's own architecture (LlamaForCausalLM), are installed in this engine's environment:
+    plain vLLM must start anyway, with vLLM's own Llama class."""
     from vllm_spec_plugins.testing.engine import run_engine
 
-    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(broken_plugin_path))
+    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                      env=with_pythonpath(broken_plugin_path + os.pathsep + faulty_plugin_path))

@@ -8,6 +8,8 @@ ENV_ALLOW = "VLLM_SPEC_PLUGINS"
 ENV_TRACE_DIR = "VLLM_SPEC_PLUGINS_TRACE_DIR"
 """If set, every drafting step saves its inputs and drafts under this folder (debugging; syncs)."""
 ENV_SKIP_VERSION_CHECK = "VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK"
+ENV_STRICT = "VLLM_SPEC_PLUGINS_STRICT"
+"""``1``: a plugin drafter that fails at run time re-raises (engine fails) instead of turning speculation off."""
 API_VERSION = 2
 """Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
 attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and

@@ -58,7 +58,7 @@ def _shape(shape: tuple | None) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def format_table(plugins: list[PluginInfo]) -> str:
+def format_table(plugins: list[PluginInfo], shadows: list | None = None) -> str:
     if not plugins:
         return "No vllm-spec-plugins drafter plugins installed (entry-point group 'vllm_spec_plugins')."
     rows = [("PLUGIN", "DISTRIBUTION", "VERSION", "ARCHITECTURES", "EXTRA INPUTS", "STATE")]
@@ -81,6 +81,9 @@ def format_table(plugins: list[PluginInfo]) -> str:
     out = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     if notes:
         out += ["", "Broken plugins (vLLM still starts; they are skipped unless their draft is requested):"] + notes
+    if shadows:
+        out += ["", "Names vLLM or Transformers already serve (never registered over theirs):"]
+        out += [f"  {s.describe()}" for s in shadows]
     return "\n".join(out)
 
 
@@ -151,12 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "list":
         from .manager import list_plugins
 
+        from .owners import as_dict, find_shadows
+
         plugins = list_plugins()
+        shadows = find_shadows([d for p in plugins for d in p.drafters])
         if args.json:
-            json.dump([plugin_dict(p) for p in plugins], sys.stdout, indent=2)
+            rows = []
+            for p in plugins:
+                row = plugin_dict(p)
+                row["shadows"] = [as_dict(s) for s in shadows if s.drafter.name == p.name]
+                rows.append(row)
+            json.dump(rows, sys.stdout, indent=2)
             print()
         else:
-            print(format_table(plugins))
+            print(format_table(plugins, shadows))
     return 0
 
 

@@ -90,6 +90,11 @@ class PluginHost:
         self.by_model_type: dict[str, Drafter] = {}
         self.conflicts: dict[str, list[Drafter]] = {}
         self.skipped: list[str] = []
+        #: Names claimed by plugins that vLLM or Transformers already serve (set by the shim, see :mod:`.owners`).
+        self.shadows: list = []
+        #: ``"architecture:X"`` / ``"model_type:Y"`` keys that select their plugin only through
+        #: ``"method"`` or the checkpoint's ``vllm_spec_plugin`` stamp (names of vLLM/Transformers models).
+        self.reserved: set[str] = set()
 
     # -- loading -------------------------------------------------------------
 
@@ -211,11 +216,17 @@ class PluginHost:
         for a in archs:
             if f"architecture:{a}" in self.conflicts:
                 raise DuplicateArchitectureError(self._conflict_message(f"architecture:{a}"))
-        found = next((self.by_arch[a] for a in archs if a in self.by_arch), None)
+        def usable(key: str, d: Drafter) -> bool:
+            return key not in self.reserved or (alias is not None and d.name == alias)
+
+        found = next((self.by_arch[a] for a in archs
+                      if a in self.by_arch and usable(f"architecture:{a}", self.by_arch[a])), None)
         if found is None and model_type:
             if f"model_type:{model_type}" in self.conflicts:
                 raise DuplicateArchitectureError(self._conflict_message(f"model_type:{model_type}"))
             found = self.by_model_type.get(model_type)
+            if found is not None and not usable(f"model_type:{model_type}", found):
+                found = None
         if alias is not None and self.check_alias(alias):
             own = self.plugins[alias].drafters
             if found is None or found.name != alias:
@@ -229,6 +240,13 @@ class PluginHost:
                     f"checkpoint of that kind, or drop \"method\" to let the config choose.",
                     plugin_name=alias, dist=self.plugins[alias].dist_label)
         return found
+
+    def find(self, name: str, arch: str) -> Drafter | None:
+        """Plugin ``name``'s drafter for architecture ``arch`` (what a worker process serves)."""
+        info = self.plugins.get(name)
+        if info is None or info.error:
+            return None
+        return next((d for d in info.drafters if arch in d.architectures), None)
 
     def describe_broken(self) -> str:
         if not self.broken:

@@ -82,8 +82,7 @@ def _register() -> None:
         config_patch.apply(host, supported=False)
         return
     if not host.drafters:
-        if host.broken:
-            config_patch.apply(host, supported=True)  # only to explain failures of requested drafts
+        config_patch.apply(host, supported=True)  # only to explain requests for plugins (none is usable)
         return
     _register_with_vllm(host)
     config_patch.apply(host, supported=True)
@@ -96,11 +95,23 @@ def _register() -> None:
 
 
 def _register_with_vllm(host) -> None:
+    """Register every drafter's config and model class, never over a name vLLM or Transformers serve."""
     from transformers import AutoConfig
     from vllm import ModelRegistry
 
+    from .owners import find_shadows, own_names, private_arch
+
+    shadows = find_shadows(host.drafters)
+    host.shadows = shadows
+    host.reserved = {s.ckey for s in shadows if not s.selectable}
+    for s in shadows:
+        if s.selectable:
+            logger.debug("vllm_spec_plugins: %s", s.describe())
+        else:
+            logger.warning("vllm_spec_plugins: %s", s.describe())
+    shadowed_types = {s.key for s in shadows if s.what == "model_type" and s.owner == "Transformers"}
     for d in host.drafters:
-        if d.config_class and d.model_type:
+        if d.config_class and d.model_type and d.model_type not in shadowed_types:
             try:
                 mod, _, cls = d.config_class.partition(":")
                 config_cls = getattr(importlib.import_module(mod), cls)
@@ -109,4 +120,6 @@ def _register_with_vllm(host) -> None:
                 logger.warning("vllm_spec_plugins: plugin %r (%s) config class %s failed to import: %s: %s",
                                d.name, d.display_dist, d.config_class, type(e).__name__, e)
         for arch in d.architectures:
+            ModelRegistry.register_model(private_arch(arch, d.name), d.model_class)
+        for arch in own_names(d, shadows):
             ModelRegistry.register_model(arch, d.model_class)

@@ -77,7 +77,8 @@ def _reference_drafts(ckpt_sd: dict, hidden: torch.Tensor, k: int, num_layers: i
 
 
 def test_old_layout_with_biases_matches_torch_reference(tiny, baseline, tmp_path):
-    """FasterDecoding layout (.pt, {h}.{l}.linear.*, medusa_num_heads, no model_type), biases kept, K < heads."""
+    """FasterDecoding layout (.pt, {h}.{l}.linear.*, medusa_num_heads, no model_type, no hidden_size or
+    vocab_size: the target's are used), biases kept, K < heads."""
     trace = tmp_path / "trace"
     spec = {"model": str(tiny["medusa_old_bias"]), "num_speculative_tokens": 2, "method": "medusa"}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,

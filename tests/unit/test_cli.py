@@ -111,7 +111,28 @@ def test_main_list_json(monkeypatch, capsys):
 def test_main_list_table(monkeypatch, capsys):
     monkeypatch.setattr(manager, "list_plugins", lambda: PLUGINS)
     assert main(["list"]) == 0
-    assert capsys.readouterr().out == format_table(PLUGINS) + "\n"
+    from vllm_spec_plugins.owners import find_shadows
+
+    shadows = find_shadows([d for p in PLUGINS for d in p.drafters])
+    assert capsys.readouterr().out == format_table(PLUGINS, shadows) + "\n"
+
+
+def test_list_shows_names_vllm_already_serves(monkeypatch, capsys):
+    from vllm_spec_plugins import Drafter
+    from vllm_spec_plugins.api import PluginInfo
+
+    shadow = PluginInfo("shadow", "shadow_pkg", "shadow-dist", "0.3", (Drafter(
+        architectures=("LlamaForCausalLM",), model_class="m:C", name="shadow", dist="shadow-dist 0.3"),))
+    monkeypatch.setattr(manager, "list_plugins", lambda: [shadow])
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "Names vLLM or Transformers already serve (never registered over theirs):" in out
+    assert ("architecture 'LlamaForCausalLM' (plugin 'shadow', shadow-dist 0.3) is a model vLLM already serves: not "
+            "registered over it, and not selected by that name") in out
+    assert main(["list", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["shadows"] == [{"what": "architecture", "name": "LlamaForCausalLM", "plugin": "shadow",
+                               "owner": "vLLM", "selected_by_name": False}]
 
 
 def test_main_needs_a_command(capsys):

@@ -173,7 +173,8 @@ def test_finalize_by_model_type_fills_arch(host):
     spec = spec_for(archs=(), model_type="medlike", num_heads=4)
     finalize_spec(host, spec, None, True)
     hf = spec.draft_model_config.hf_config
-    assert hf.architectures == ["MedusaLike"]
+    # vLLM loads the plugin's class through its private registration (never under a name vLLM serves)
+    assert hf.architectures == ["MedusaLike__vsp_medlike"]
     assert getattr(hf, ARCH_ATTR) == "MedusaLike"
 
 
@@ -440,7 +441,7 @@ def test_alias_route_hub_ids_and_single_route_plugins(eagle_host):
     assert alias_route(eagle_host, "medlike", "org/whatever") == "draft_model"
 
 
-class _Stop(Exception):
+class _Stop(BaseException):  # not an Exception: the pre-hook adds no diagnosis to it
     pass
 
 

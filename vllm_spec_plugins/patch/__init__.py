@@ -108,5 +108,13 @@ plugin model's ``combine_hidden_states`` itself and runs the base loop with the 
 Verified by: tests/e2e/test_eagle3_engine.py.
 
 Public vLLM APIs used without patching: ``ModelRegistry.register_model`` (lazy
-``"module:Class"``) and ``transformers.AutoConfig.register``.
+``"module:Class"``; plugin classes under private names ``<arch>__vsp_<plugin>``, never over
+a name vLLM or Transformers serve, :mod:`vllm_spec_plugins.owners`) and
+``transformers.AutoConfig.register`` (only for model types Transformers does not know).
+
+Not a patch, but swapped for the duration of the wrapped ``create_speculative_config``
+(row 1) in the API-server process only: the module global ``vllm.config.model.get_config``,
+so a plugin draft's config is loaded with the plugin's class and gets the target's
+``hidden_size``/``vocab_size`` when it leaves them unset, before vLLM reads them
+(``ModelArchitectureConfig`` requires ints); restored when the call returns.
 """

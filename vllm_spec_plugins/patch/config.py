@@ -5,6 +5,7 @@ See :mod:`vllm_spec_plugins.patch` for the registry of every patch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -12,26 +13,26 @@ import os
 import typing
 from typing import Any
 
+from .._names import ENV_ALLOW
 from ..api import Drafter
-from ..errors import PluginContractError, UnsupportedVllmError, VllmSpecPluginError
+from ..errors import PluginContractError, PluginLoadError, UnsupportedVllmError, VllmSpecPluginError
 from ..manager import PluginHost
+from ..owners import private_arch
 from ._util import when_imported, wrap_method
 
 logger = logging.getLogger("vllm.spec_plugins")
 
-#: Draft hf_config attributes the shim stamps (the hf_config is pickled to every process).
-PLUGIN_ATTR = "vsp_plugin"
-DIST_ATTR = "vsp_dist"
-ARCH_ATTR = "vsp_architecture"
-
-#: vLLM's EAGLE-family methods whose multi-step drafting loop (draft KV cache, attention metadata)
-#: attention drafters reuse: the plain loop, fed with the target's final hidden states, and the loop
-#: with the target's aux hidden-state outputs on, fed with its chosen layers, concatenated.
-ATTENTION_METHODS = ("eagle", "eagle3")
-#: The plain loop (attention drafters without ``aux_layer_ids``).
-ATTENTION_METHOD = ATTENTION_METHODS[0]
-#: The loop with chosen target layers (attention drafters with ``aux_layer_ids``).
-AUX_ATTENTION_METHOD = ATTENTION_METHODS[1]
+from ..routes import (  # noqa: F401  (re-exported: patch.scheduler and tests import them from here)
+    ARCH_ATTR,
+    ATTENTION_METHOD,
+    ATTENTION_METHODS,
+    AUX_ATTENTION_METHOD,
+    CONFIG_STAMP,
+    DIST_ATTR,
+    PLUGIN_ATTR,
+    STAMP_PREFIX,
+    plugin_of,
+)
 
 #: Methods vLLM's path heuristics pick from the checkpoint *path* (config/speculative.py).
 _PATH_METHODS = ("eagle", "eagle3", "dflash", "dspark")
@@ -113,14 +114,6 @@ def alias_route(host: PluginHost, alias: str, model: str | None) -> str:
     return routes[0]
 
 
-def plugin_of(spec: Any) -> str | None:
-    """The plugin name stamped on a SpeculativeConfig's draft hf_config, if any."""
-    dmc = getattr(spec, "draft_model_config", None) if spec is not None else None
-    if dmc is None:
-        return None
-    return getattr(dmc.hf_config, PLUGIN_ATTR, None)
-
-
 def _vllm_methods() -> tuple[str, ...]:
     from vllm.config.speculative import SpeculativeMethod
 
@@ -178,9 +171,15 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             raise PluginContractError(f"vllm_spec_plugins: method {alias!r} needs a draft model; pass \"model\"")
         return spec
     hf = dmc.hf_config
+    removed = strip_stamps(hf)
+    if removed:
+        logger.info("vllm_spec_plugins: ignored %s in '%s/config.json' (only the shim sets them)", removed, dmc.model)
     archs = list(getattr(hf, "architectures", None) or [])
     drafter = host.select(archs, getattr(hf, "model_type", None), alias)
     if drafter is None:
+        claim = _excluded_claim(host, archs, getattr(hf, "model_type", None)) if supported else ""
+        if claim:
+            logger.warning("%s vLLM serves it with its own method %r instead.", claim, spec.method)
         return spec
     if not supported:
         raise _version_error(dmc.model, drafter.name)
@@ -243,9 +242,12 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     _check_policy_env(drafter, spec.num_speculative_tokens)
     if drafter.position_free:
         dmc.max_model_len = spec.target_model_config.max_model_len
+    arch = next((a for a in archs if a in drafter.architectures), drafter.architectures[0])
+    # vLLM loads the draft through the plugin's private registration: no vLLM class is replaced.
+    hf.architectures = [private_arch(arch, drafter.name)]
     setattr(hf, PLUGIN_ATTR, drafter.name)
     setattr(hf, DIST_ATTR, drafter.display_dist)
-    setattr(hf, ARCH_ATTR, next((a for a in archs if a in drafter.architectures), drafter.architectures[0]))
+    setattr(hf, ARCH_ATTR, arch)
     logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.name, drafter.display_dist)
     return spec
 
@@ -384,35 +386,271 @@ def _claims(host: PluginHost, model: str | None, alias: str | None) -> str | Non
     return d.name
 
 
+def strip_stamps(hf: Any) -> list[str]:
+    """Remove ``vsp_*`` attributes a checkpoint's ``config.json`` carried; only the shim sets them.
+
+    A config saved from a plugin-served draft (``save_pretrained`` of the engine's hf_config)
+    carries the shim's stamps; trusted, they would route a draft no plugin claims into plugin
+    code. Returns the keys removed.
+    """
+    removed = []
+    for obj in (hf, getattr(hf, "model", None), getattr(hf, "text_config", None)):
+        if obj is None or not hasattr(obj, "__dict__"):
+            continue
+        for key in [k for k in vars(obj) if k.startswith(STAMP_PREFIX)]:
+            delattr(obj, key)
+            removed.append(key)
+    return removed
+
+
+def _weight_names(model: str | None) -> set[str]:
+    """Tensor names of a local checkpoint's ``*.safetensors`` files (headers only; empty if none)."""
+    import struct
+
+    out: set[str] = set()
+    if not model or not os.path.isdir(model):
+        return out
+    for name in sorted(os.listdir(model)):
+        if not name.endswith(".safetensors"):
+            continue
+        try:
+            with open(os.path.join(model, name), "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                out |= {k for k in json.loads(f.read(n)) if k != "__metadata__"}
+        except (OSError, ValueError, struct.error):
+            continue
+    return out
+
+
+def _unmarked_eagle(host: PluginHost, model: str | None, local: dict) -> None:
+    """Refuse an EAGLE-layout draft (``fc.weight``) that nothing marks as one; say exactly what to add.
+
+    EAGLE authors' configs say ``LlamaForCausalLM``: without ``"method"`` (or vLLM's ``eagle-``
+    folder-name rule) vLLM loads them as a plain draft LM and fails 30 s later with "There is no
+    module or parameter named 'fc' in LlamaForCausalLM", never asking a plugin.
+    """
+    if path_method(model) or "fc.weight" not in _weight_names(model):
+        return
+    archs = list(local.get("architectures") or [])
+    attention = [p for p in host.plugins.values() if not p.error and any(d.kind == "attention" for d in p.drafters)]
+    if attention:
+        p = attention[0]
+        how = (f"add \"{CONFIG_STAMP}\": \"{p.name}\" to '{model}/config.json' (plugin {p.name!r}, {p.dist_label}), "
+               f"or pass --speculative-config '{{\"method\": \"{p.name}\", \"model\": \"{model}\", ...}}'")
+    else:
+        how = (f"pass --speculative-config '{{\"method\": \"eagle\", \"model\": \"{model}\", ...}}' "
+               f"(vLLM's built-in EAGLE), or install vllm-spec-eagle and add \"{CONFIG_STAMP}\": \"eagle\" to its "
+               f"config.json")
+    raise PluginContractError(
+        f"vllm_spec_plugins: draft '{model}' has the EAGLE layout (fc.weight) but its config.json "
+        f"(architectures {archs}) does not say so, and vLLM would load it as a plain draft model (\"There is no "
+        f"module or parameter named 'fc'\"). To serve it: {how}.")
+
+
+def _installed_text(host: PluginHost) -> str:
+    ok = [f"{p.name} ({p.dist_label})" for p in host.plugins.values() if not p.error]
+    out = "installed plugins: " + (", ".join(ok) if ok else "none")
+    if host.skipped:
+        out += f"; installed but excluded by {ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r}: " + ", ".join(host.skipped)
+    if host.broken:
+        out += "; broken: " + ", ".join(p.name for p in host.broken)
+    return out
+
+
+def _unknown_method_error(host: PluginHost, method: str, where: str) -> PluginLoadError:
+    if method in host.skipped:
+        return PluginLoadError(
+            f"vllm_spec_plugins: {where} names plugin {method!r}, which is installed but excluded by "
+            f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r}. Add {method!r} to {ENV_ALLOW} (or unset it).",
+            plugin_name=method)
+    common = ", ".join(m for m in _vllm_methods() if not m.endswith("_mtp"))
+    return PluginLoadError(
+        f"vllm_spec_plugins: {where} names {method!r}, which is neither an installed spec-decode plugin nor one "
+        f"of vLLM's speculative methods ({_installed_text(host)}). Install "
+        f"the plugin that serves this draft (`vllm-spec-plugins list` shows what is installed), or use one of "
+        f"vLLM's methods ({common}, and its *_mtp names).", plugin_name=method)
+
+
+def _stamp_of(host: PluginHost, local: dict, model: str | None) -> str | None:
+    """The plugin a checkpoint's ``vllm_spec_plugin`` stamp names, if any (raises when it is not available)."""
+    stamp = local.get(CONFIG_STAMP)
+    if stamp is None:
+        return None
+    if not isinstance(stamp, str) or not stamp:
+        raise PluginContractError(
+            f"vllm_spec_plugins: '{model}/config.json' sets {CONFIG_STAMP!r} to {stamp!r}; expected a plugin name")
+    if stamp in host.plugins:
+        host.check_alias(stamp)  # raises for a broken plugin
+        return stamp
+    raise _unknown_method_error(host, stamp, f"'{model}/config.json' key {CONFIG_STAMP!r}")
+
+
+def _fill_from_target(host: PluginHost, hf: Any, alias: str | None, tmc: Any, path: Any, revision: Any) -> Any:
+    """A plugin draft's config as the plugin reads it: loaded with the plugin's config class (vLLM 0.32
+    loads ``model_type: medusa`` with its own class, whose defaults are 4096 / 32001), ``hidden_size`` and
+    ``vocab_size`` left unset (missing or null) taken from the target. Returns the config to use."""
+    removed = strip_stamps(hf)
+    if removed:
+        logger.info("vllm_spec_plugins: ignored %s in '%s/config.json' (only the shim sets them)", removed, path)
+    try:
+        d = host.select(list(getattr(hf, "architectures", None) or []), getattr(hf, "model_type", None), alias)
+    except VllmSpecPluginError:
+        d = None
+    if d is None and alias and alias in host.plugins and len(host.plugins[alias].drafters) == 1:
+        d = host.plugins[alias].drafters[0]
+    if d is None:
+        return hf
+    if d.config_class and path is not None:
+        cls = _import(d.config_class)
+        if not isinstance(hf, cls):
+            hf = cls.from_pretrained(str(path), revision=revision)
+            strip_stamps(hf)
+    for attr, value in (("hidden_size", tmc.get_hidden_size), ("vocab_size", tmc.get_vocab_size)):
+        if getattr(hf, attr, None) is None:
+            setattr(hf, attr, value())
+    return hf
+
+
+@contextlib.contextmanager
+def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
+    """While vLLM builds the draft ModelConfig: fill unset sizes of a plugin draft's config from the target.
+
+    vLLM reads ``hidden_size``/``vocab_size`` of the draft config right after loading it
+    (``ModelArchitectureConfig`` requires ints), before the shim sees the SpeculativeConfig,
+    so :func:`finalize_spec` is too late: the draft ModelConfig's ``get_config`` is wrapped
+    for the duration of the original call.
+    """
+    try:
+        import vllm.config.model as model_mod
+    except Exception:  # noqa: BLE001
+        yield
+        return
+    original = model_mod.get_config
+
+    def get_config(*args, **kwargs):
+        hf = original(*args, **kwargs)
+        path = args[0] if args else kwargs.get("model")
+        revision = args[2] if len(args) > 2 else kwargs.get("revision")
+        try:
+            return _fill_from_target(host, hf, alias, tmc, path, revision)
+        except Exception:  # noqa: BLE001 - never worse than vLLM alone
+            logger.debug("vllm_spec_plugins: could not fill draft sizes", exc_info=True)
+            return hf
+
+    model_mod.get_config = get_config
+    try:
+        yield
+    finally:
+        model_mod.get_config = original
+
+
+def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
+    """Why vLLM could not build a draft's config, when a plugin is the reason (else "")."""
+    local = _local_config(model)
+    notes = []
+    try:
+        d = host.select(list(local.get("architectures") or []), local.get("model_type"), alias)
+    except VllmSpecPluginError as e:
+        return str(e)
+    if d is not None:
+        mod = d.model_class.partition(":")[0]
+        try:
+            import importlib
+
+            importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001
+            notes.append(
+                f"vllm_spec_plugins: draft '{model}' is served by plugin {d.name!r} ({d.display_dist}), whose model "
+                f"class {d.model_class!r} cannot be imported: module {mod!r} failed with {type(e).__name__}: {e}. "
+                f"Reinstall or upgrade {d.display_dist}, or install what it needs.")
+    elif local:
+        claim = _excluded_claim(host, list(local.get("architectures") or []), local.get("model_type"))
+        if claim:
+            notes.append(claim)
+        elif not local.get("architectures") and not local.get("model_type"):
+            typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.name!r}, {d.display_dist})"
+                     for d in host.drafters if d.model_type]
+            notes.append(
+                f"vllm_spec_plugins: '{model}/config.json' names neither an architecture nor a model_type, so "
+                f"nothing can tell which drafter serves it (old FasterDecoding Medusa configs look like this). Pass "
+                f"--speculative-config '{{\"method\": \"<plugin>\", \"model\": \"{model}\", ...}}', or add "
+                f"\"{CONFIG_STAMP}\": \"<plugin>\" or the model_type to that config.json"
+                + (f": {', '.join(typed)}." if typed else "."))
+    broken = host.describe_broken()
+    if broken and not notes:
+        notes.append("vllm_spec_plugins: " + broken)
+    return "\n".join(notes)
+
+
+def _excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -> str:
+    """A sentence when a plugin excluded by ``VLLM_SPEC_PLUGINS`` would serve this draft (else "")."""
+    if not host.skipped:
+        return ""
+    import importlib.metadata as md
+
+    from .._names import ENTRY_POINT_GROUP
+
+    eps = [ep for ep in md.entry_points(group=ENTRY_POINT_GROUP) if ep.name in host.skipped]
+    if not eps:
+        return ""
+    other = PluginHost()
+    log = logging.getLogger("vllm_spec_plugins")
+    level = log.level
+    log.setLevel(logging.ERROR)  # the excluded plugins' own load warnings are noise here
+    try:
+        other.load(eps, allow=None)
+        d = other.select(archs, model_type)
+    except Exception:  # noqa: BLE001
+        return ""
+    finally:
+        log.setLevel(level)
+    if d is None:
+        return ""
+    by = f"model_type {model_type!r}" if model_type and model_type == d.model_type else f"architectures {archs}"
+    return (f"vllm_spec_plugins: this draft ({by}) is served by plugin {d.name!r} ({d.display_dist}), which "
+            f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r} excludes. Add {d.name!r} to {ENV_ALLOW} (or unset it) "
+            f"to serve it with the plugin.")
+
+
 def make_create_speculative_config(host: PluginHost, supported: bool):
     def wrap(original):
         def create_speculative_config(self, target_model_config, target_parallel_config):
             cfg = self.speculative_config
+            cfg = dict(cfg) if isinstance(cfg, dict) else cfg
+            model = (cfg.get("model") if isinstance(cfg, dict) else None) or getattr(self, "spec_model", None)
+            method = (cfg.get("method") if isinstance(cfg, dict) else None) or getattr(self, "spec_method", None)
             alias = None
+            local = _local_config(model)
+            if method is None and local:
+                stamp = _stamp_of(host, local, model)
+                if stamp is not None:
+                    method = stamp
+                    cfg = dict(cfg or {})
+                    cfg["method"] = stamp
+            if method is None and local and supported:
+                _unmarked_eagle(host, model, local)
+            if isinstance(method, str) and method in host.plugins:
+                host.check_alias(method)  # raises for a broken plugin
+                alias = method
+                cfg = dict(cfg or {})
+                if not supported:
+                    raise _version_error(model, method)
+                route = alias_route(host, method, model)
+                if route in ATTENTION_METHODS:
+                    cfg["method"] = route
+                elif method not in _vllm_methods():
+                    cfg["method"] = "draft_model"
+                    own = host.plugins[method].drafters
+                    if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
+                        raise PluginContractError(
+                            f"vllm_spec_plugins: '{model}/config.json' has no model_type, and this "
+                            f"vLLM cannot be told which config class to use for it. Add "
+                            f"\"model_type\": \"{own[0].model_type}\" to that config.json (plugin {method!r}, "
+                            f"{own[0].display_dist}).", plugin_name=method, dist=own[0].display_dist)
+            elif isinstance(method, str) and supported and method not in _vllm_methods():
+                raise _unknown_method_error(host, method, "speculative method")
             if isinstance(cfg, dict):
-                cfg = dict(cfg)
-                method = cfg.get("method")
-                if isinstance(method, str) and method in host.plugins:
-                    host.check_alias(method)  # raises for a broken plugin
-                    alias = method
-                    if not supported:
-                        raise _version_error(cfg.get("model"), method)
-                    route = alias_route(host, method, cfg.get("model"))
-                    if route in ATTENTION_METHODS:
-                        cfg["method"] = route
-                    elif method not in _vllm_methods():
-                        cfg["method"] = "draft_model"
-                        local = _local_config(cfg.get("model"))
-                        own = host.plugins[method].drafters
-                        if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
-                            raise PluginContractError(
-                                f"vllm_spec_plugins: '{cfg.get('model')}/config.json' has no model_type, and this "
-                                f"vLLM cannot be told which config class to use for it. Add "
-                                f"\"model_type\": \"{own[0].model_type}\" to that config.json (plugin {method!r}, "
-                                f"{own[0].display_dist}).", plugin_name=method, dist=own[0].display_dist)
                 self.speculative_config = cfg
-            model = (cfg or {}).get("model") if isinstance(cfg, dict) else None
-            model = model or getattr(self, "spec_model", None)
             raw = {str(key).replace("-", "_"): v for key, v in cfg.items()} if isinstance(cfg, dict) else {}
             k = raw.get("num_speculative_tokens", getattr(self, "spec_tokens", None))
             user_draft_tp = raw.get("draft_tensor_parallel_size")
@@ -423,13 +661,15 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                 return original(self, target_model_config, target_parallel_config)
             _precheck_max_tokens(host, model, alias, k)
             try:
-                spec = original(self, target_model_config, target_parallel_config)
+                with _filling_sizes(host, alias, target_model_config):
+                    spec = original(self, target_model_config, target_parallel_config)
             except VllmSpecPluginError:
                 raise
             except Exception as e:
-                note = host.describe_broken()
+                note = _diagnose(host, model, alias)
                 if note:
-                    raise RuntimeError(f"{type(e).__name__}: {e}\n{note}") from e
+                    # Ours first: vLLM's message may list hundreds of architectures.
+                    raise RuntimeError(f"{note}\n\nvLLM's error: {type(e).__name__}: {e}") from e
                 raise
             return finalize_spec(host, spec, alias, supported, user_draft_tp=user_draft_tp)
 

@@ -317,4 +317,28 @@ TARGETS: tuple[Target, ...] = (
         versions=("0.32",),
         why="tests only: vLLM 0.32's built-in Medusa is the parity oracle (removed in 0.33)",
     ),
+    Target(
+        "vllm.config.model",
+        "get_config",
+        kind="attribute",
+        why="patch 1: swapped while create_speculative_config runs (plugin config class, sizes from the target)",
+    ),
+    Target(
+        _REGISTRY,
+        "_SPECULATIVE_DECODING_MODELS",
+        kind="attribute",
+        why="owners.py: names of vLLM's own draft classes (a plugin may serve them; never registered over)",
+    ),
+    Target(
+        "vllm.transformers_utils.config",
+        "_SPECULATIVE_DECODING_CONFIGS",
+        kind="attribute",
+        why="owners.py: model types vLLM loads with its own draft config classes",
+    ),
+    Target(
+        _BASE,
+        "SpecDecodeBaseProposer._get_positions",
+        params=("self", "num_tokens"),
+        why="runtime: AttentionProposer's trial forward at load feeds the plugin model from vLLM's buffers",
+    ),
 )

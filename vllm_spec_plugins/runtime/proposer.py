@@ -20,8 +20,9 @@ from .._names import ENV_TRACE_DIR
 from ..api import Drafter, Source
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
-from ..patch.config import ARCH_ATTR, ATTENTION_METHOD, PLUGIN_ATTR
+from ..routes import ARCH_ATTR, ATTENTION_METHOD, PLUGIN_ATTR
 from . import trace
+from .guard import DraftGuard
 from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
 from .state import TOKEN_SOURCES, StatePool, fill_token_source, resolve_inits, sees_tokens
 
@@ -35,8 +36,8 @@ def drafter_for(vllm_config: Any) -> Drafter:
     info = host.plugins.get(name)
     if info is not None and info.error:
         raise host.load_error(info)
-    d = host.select([arch])
-    if d is None or d.name != name:
+    d = host.find(name, arch)
+    if d is None:
         raise PluginLoadError(
             f"vllm_spec_plugins: the engine was configured with plugin {name!r} for architecture {arch!r}, "
             f"but this worker process (pid {os.getpid()}) did not load it. Make sure the plugin is installed "
@@ -54,11 +55,19 @@ def make_proposer(vllm_config: Any, device: torch.device, runner: Any = None):
 def _import_class(d: Drafter) -> type:
     mod, _, name = d.model_class.partition(":")
     try:
-        return getattr(importlib.import_module(mod), name)
+        module = importlib.import_module(mod)
     except Exception as e:
         raise PluginLoadError(
             f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, "
-            f"which failed to import: {type(e).__name__}: {e}", plugin_name=d.name, dist=d.display_dist) from e
+            f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
+            f"{d.display_dist}, or install what it needs.", plugin_name=d.name, dist=d.display_dist) from e
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, but "
+            f"module {mod!r} has no attribute {name!r}. Fix the Drafter(model_class=...) of the plugin.",
+            plugin_name=d.name, dist=d.display_dist)
+    return cls
 
 
 def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
@@ -131,6 +140,11 @@ class PluginProposerMixin:
             self.slot_index = torch.zeros(self.max_reqs, dtype=torch.int64, device=device)
             self.slot_index_cpu = torch.zeros(self.max_reqs, dtype=torch.int64, pin_memory=is_pin_memory_available())
         self._step: dict[str, Any] = {}
+        self.target_hidden_size = vllm_config.model_config.get_hidden_size()
+        self.target_vocab_size = vllm_config.model_config.get_vocab_size()
+        self.guard = DraftGuard(drafter, model_class=drafter.model_class, checkpoint=str(self.draft_model_config.model),
+                                vocab_size=self.target_vocab_size, device=device,
+                                async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
         self._trace_dir = os.environ.get(ENV_TRACE_DIR)
         self._trace_n = 0
 
@@ -219,6 +233,24 @@ class PluginProposerMixin:
         if not self.update_bindings:
             return
         d = self.drafter
+        ok, new = self.guard.run(f"the state-carry hook {d.model_class}.{d.update_state}()",
+                                 self._checked_update, B, T)
+        if not ok:
+            return
+        keep = self._step["valid_count"][:B] > 0
+        if self._hook_sees_tokens:  # API 2: a hook reading scheduled tokens folds partial-prefill rows too
+            keep = torch.ones_like(keep)
+        for name, value in new.items():
+            cur = self.buffers[("state", name)][:B]
+            mask = keep.view(B, *([1] * (cur.dim() - 1)))
+            cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
+            pool.tensors[name].index_copy_(0, idx, cur)
+
+    def _checked_update(self, B: int, T: int) -> dict[str, torch.Tensor]:
+        """Call the state-carry hook; check what it returned against the declared state."""
+        d = self.drafter
+        pool = self.pool
+        assert pool is not None
         hook_kwargs = self._kwargs(self.update_bindings, B, T)
         if self._trace_dir:
             self._trace_hook = {"hook_inputs": trace.copy_tensors(hook_kwargs)}
@@ -230,19 +262,39 @@ class PluginProposerMixin:
                 f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
         if self._trace_dir:
             self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
-        keep = self._step["valid_count"][:B] > 0
-        if self._hook_sees_tokens:  # API 2: a hook reading scheduled tokens folds partial-prefill rows too
-            keep = torch.ones_like(keep)
         for name, value in new.items():
             cur = self.buffers[("state", name)][:B]
-            if tuple(value.shape) != tuple(cur.shape):
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(cur.shape):
+                got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise PluginContractError(
                     f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} returned by "
-                    f"{d.update_state}() has shape {list(value.shape)}, expected {list(cur.shape)}",
+                    f"{d.update_state}() has shape {got}, expected {list(cur.shape)}",
                     plugin_name=d.name, dist=d.display_dist)
-            mask = keep.view(B, *([1] * (cur.dim() - 1)))
-            cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
-            pool.tensors[name].index_copy_(0, idx, cur)
+        return new
+
+    # -- start-up check ----------------------------------------------------------
+
+    def _load_error(self, what: str, exc: BaseException | None = None) -> PluginLoadError:
+        d = self.drafter
+        hf = self.draft_model_config.hf_config
+        cause = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+        return PluginLoadError(
+            f"vllm_spec_plugins: draft '{self.draft_model_config.model}' (plugin {d.name!r}, {d.display_dist}, "
+            f"model class {d.model_class}) {what}{cause}. Expected a draft for this target: hidden_size "
+            f"{self.target_hidden_size} and vocab_size {self.target_vocab_size} (the target's); found in the "
+            f"draft config: hidden_size {getattr(hf, 'hidden_size', None)}, vocab_size "
+            f"{getattr(hf, 'vocab_size', None)}. Use a draft trained for this target, or fix its config.json.",
+            plugin_name=d.name, dist=d.display_dist)
+
+    def _trial(self, run: Any) -> None:
+        """Run ``run()`` once at load (one trial forward on the static buffers); refuse the draft if it fails."""
+        try:
+            with torch.inference_mode():
+                run()
+        except PluginLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._load_error("failed its trial forward at start-up", e) from e
 
     @staticmethod
     def _sample_index(B: int, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any):
@@ -279,6 +331,25 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
         bind_target = getattr(self.model, "bind_target", None)
         if bind_target is not None:
             bind_target(target_model)
+        self._trial(self._trial_heads)
+
+    def _trial_heads(self) -> None:
+        """State-carry hook and forward on one row of the static buffers; the drafts must be target ids."""
+        k = self.num_speculative_tokens
+        with set_forward_context(None, self.vllm_config, num_tokens=1):
+            if self.update_bindings:
+                self._checked_update(1, 1)
+            out = self.model(**self._kwargs(self.forward_bindings, 1, 1))
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3 \
+                and out.shape[-1] > self.target_vocab_size:
+            raise self._load_error(f"returns logits over {out.shape[-1]} tokens, more than the target's vocabulary")
+        drafts = self._to_drafts(out, 1, k)
+        top = int(drafts.max()) if drafts.numel() else 0
+        low = int(drafts.min()) if drafts.numel() else 0
+        if low < 0 or top >= self.target_vocab_size:
+            raise self._load_error(f"proposed draft token id {top if top >= self.target_vocab_size else low} "
+                                   f"in its trial forward, outside the target's vocabulary [0, "
+                                   f"{self.target_vocab_size})")
 
     def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
         """Heads drafters have no attention layers and no draft KV cache."""
@@ -300,19 +371,32 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
                 mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
+        guard = self.guard
+        guard.poll()
+        if guard.disabled:
+            return guard.idle(B, num_speculative_tokens, next_token_ids)
         idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
         self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
                           query_start_loc=common_attn_metadata.query_start_loc)
         self._prepare_step(B, T, next_token_ids, target_positions, idx)  # carries the state, whatever k is
+        if guard.disabled:  # the state-carry hook failed
+            return guard.idle(B, num_speculative_tokens, next_token_ids)
         if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
             drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
         else:
-            with set_forward_context(None, self.vllm_config, num_tokens=B):
-                out = self.model(**self._kwargs(self.forward_bindings, B, T))
-            drafts = self._to_drafts(out, B, num_speculative_tokens)
+            ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T,
+                                   num_speculative_tokens)
+            if not ok:
+                return guard.idle(B, num_speculative_tokens, next_token_ids)
+            drafts = guard.sanitize(drafts)
         if self._trace_dir:
             self._trace(B, T, drafts)
         return drafts
+
+    def _forward_drafts(self, B: int, T: int, k: int) -> torch.Tensor:
+        with set_forward_context(None, self.vllm_config, num_tokens=B):
+            out = self.model(**self._kwargs(self.forward_bindings, B, T))
+        return self._to_drafts(out, B, k)
 
     def _to_drafts(self, out: Any, B: int, k: int) -> torch.Tensor:
         d = self.drafter
@@ -425,6 +509,33 @@ class AttentionProposer(PluginProposerMixin, EagleProposer):
     def load_model(self, target_model: torch.nn.Module) -> None:
         super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
         self.model = AttentionDrafterAdapter(self.model, self)
+        if not self.combines_target_layers and self.hidden_size != self.target_hidden_size:
+            raise self._load_error(f"has hidden size {self.hidden_size}; vLLM's EAGLE loop feeds it the target's "
+                                   f"hidden states of size {self.target_hidden_size}")
+        self._trial(self._trial_attention)
+
+    def _trial_attention(self) -> None:
+        """One pass of the plugin model on the static buffers (no attention metadata, as in vLLM's warm-up)."""
+        if self.combines_target_layers:
+            n = len(getattr(self.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids", None) or []) or 3
+            combined = self.model.combine_hidden_states(
+                torch.zeros((1, n * self.target_hidden_size), dtype=self.dtype, device=self.device))
+            if combined.shape[-1] != self.hidden_size:
+                raise self._load_error(f"combine_hidden_states() returned shape {list(combined.shape)}, expected "
+                                       f"[num_tokens, {self.hidden_size}]")
+        if self.update_bindings:
+            with set_forward_context(None, self.vllm_config, num_tokens=1):
+                self._checked_update(1, 1)
+        self.pass_index = 1  # request rows: no expansion
+        with set_forward_context(None, self.vllm_config, num_tokens=1):
+            out = self.model(input_ids=self.input_ids[:1], positions=self._get_positions(1),
+                             hidden_states=self.hidden_states[:1], inputs_embeds=None)
+            h = out[0] if isinstance(out, tuple) else out
+            logits = self.model.compute_logits(h)
+        self.pass_index = 0
+        if logits is not None and logits.shape[-1] > self.target_vocab_size:
+            raise self._load_error(f"returns logits over {logits.shape[-1]} tokens, more than the target's "
+                                   f"vocabulary")
 
     @torch.inference_mode()
     def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
@@ -432,11 +543,28 @@ class AttentionProposer(PluginProposerMixin, EagleProposer):
                 mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
+        guard = self.guard
+        guard.poll()
+        if guard.disabled:
+            return guard.idle(B, num_speculative_tokens, next_token_ids)
+        ok, drafts = guard.run(f"{self.drafter.model_class} in vLLM's EAGLE loop", self._propose_guarded,
+                               B, T, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
+                               next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
+                               mm_embed_inputs, num_rejected_tokens_gpu, slot_mappings)
+        if not ok or guard.disabled:
+            return guard.idle(B, num_speculative_tokens, next_token_ids)
+        return guard.sanitize(drafts)
+
+    def _propose_guarded(self, B, T, num_speculative_tokens, target_token_ids, target_positions,
+                         target_hidden_states, next_token_ids, token_indices_to_sample, common_attn_metadata,
+                         sampling_metadata, mm_embed_inputs, num_rejected_tokens_gpu, slot_mappings) -> torch.Tensor:
         if self.buffers:
             idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
             self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
                               query_start_loc=common_attn_metadata.query_start_loc)
             self._prepare_step(B, T, next_token_ids, target_positions, idx)
+            if self.guard.disabled:  # the state-carry hook failed
+                return self.guard.idle(B, num_speculative_tokens, next_token_ids)
             if self.expanded:
                 qsl = common_attn_metadata.query_start_loc[1:B + 1]
                 tokens = self.arange[:T].to(qsl.dtype)

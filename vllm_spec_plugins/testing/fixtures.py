@@ -73,7 +73,8 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
 
     Args:
         layout: ``"new"`` (``blocks.*``/``lm_heads.*``, ``model_type: medusa``) or ``"old"``
-            (FasterDecoding ``{h}.{l}.linear.*``/``{h}.{N}.weight``, ``medusa_num_heads``, no model_type).
+            (FasterDecoding ``{h}.{l}.linear.*``/``{h}.{N}.weight``, ``medusa_num_heads``, no model_type,
+            no ``hidden_size``/``vocab_size``).
         biases: give every residual Linear a bias (FasterDecoding trains them).
         fmt: ``safetensors``, ``bin`` or ``pt``.
         original_lm_head: one lm_head shared by all heads (``lm_head.weight``); with
@@ -120,8 +121,9 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
         if truncate_vocab:
             cfg["truncated_vocab_size"] = truncate_vocab
     else:
-        cfg = {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers, "hidden_size": HIDDEN,
-               "vocab_size": VOCAB, "base_model_name_or_path": str(target)}
+        # as FasterDecoding ships it: no model_type, no hidden_size / vocab_size (the target's apply)
+        cfg = {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers,
+               "base_model_name_or_path": str(target)}
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     sd = {k: v.contiguous() for k, v in sd.items()}
     if fmt == "safetensors":

@@ -1,0 +1,113 @@
+"""The OpenAI server keeps serving when a plugin drafter raises with 16 requests in flight (half streamed).
+
+The faulty test plugin's forward raises from its 6th call on. Every request must complete
+(HTTP 200, full streams), with the tokens it gets without speculation, the server must stay
+healthy and keep answering, and the spec-decode counters must stop growing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.conftest import MAX_TOKENS, PROMPTS, with_pythonpath
+from tests.e2e.test_faults import DIST, faulty_checkpoint
+from tests.e2e.test_serve import _free_port, _metric
+from vllm_spec_plugins.testing.engine import default_env
+
+N_REQUESTS = 16
+
+
+@pytest.fixture(scope="module")
+def server(tiny, faulty_plugin_path, tmp_path_factory):
+    draft = faulty_checkpoint(tmp_path_factory.mktemp("serve-faulty") / "draft", fault="raise", fault_at=6)
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("serve-faults") / "server.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["target"]),
+           "--spec-model", str(draft), "--spec-tokens", "3", "--host", "127.0.0.1", "--port", str(port),
+           "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512", "--dtype", "float32",
+           "--max-num-seqs", str(N_REQUESTS)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=default_env(with_pythonpath(faulty_plugin_path)), stdout=log,
+                                stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 600
+        try:
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"server exited rc={proc.returncode}:\n{log_path.read_text()[-5000:]}")
+                try:
+                    if requests.get(f"{base}/health", timeout=2).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(1)
+            else:
+                raise RuntimeError(f"server did not come up:\n{log_path.read_text()[-5000:]}")
+            yield base, log_path, str(tiny["target"]), proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _body(model: str, prompt: list[int], stream: bool) -> dict:
+    return {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True,
+            "return_token_ids": True, "stream": stream}
+
+
+def _complete(base: str, model: str, prompt: list[int], stream: bool) -> tuple[int, list[int], str | None]:
+    """(HTTP status, generated token ids, finish reason)."""
+    r = requests.post(f"{base}/v1/completions", json=_body(model, prompt, stream), stream=stream, timeout=600)
+    if r.status_code != 200:
+        return r.status_code, [], None
+    if not stream:
+        choice = r.json()["choices"][0]
+        return 200, list(choice["token_ids"]), choice["finish_reason"]
+    tokens: list[int] = []
+    finish = None
+    for line in r.iter_lines():
+        if not line or not line.startswith(b"data: "):
+            continue
+        data = line[len(b"data: "):]
+        if data == b"[DONE]":
+            break
+        choice = json.loads(data)["choices"][0]
+        tokens += choice.get("token_ids") or []
+        finish = choice.get("finish_reason") or finish
+    return 200, tokens, finish
+
+
+def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline):
+    base, log_path, model, proc = server
+    jobs = [(PROMPTS[i % len(PROMPTS)], i % 2 == 1) for i in range(N_REQUESTS)]  # every other one streamed
+    with ThreadPoolExecutor(N_REQUESTS) as pool:
+        results = list(pool.map(lambda j: _complete(base, model, *j), jobs))
+    for i, ((prompt, stream), (status, tokens, finish)) in enumerate(zip(jobs, results)):
+        assert status == 200, (i, stream)
+        assert finish == "length", (i, stream, finish)
+        assert tokens == baseline.outputs[i % len(PROMPTS)], (i, stream)
+    log = log_path.read_text()
+    errors = [ln for ln in log.splitlines() if "Speculative decoding is now OFF" in ln]
+    assert len(errors) == 1 and f"plugin 'faulty' ({DIST})" in errors[0]
+    assert "planned failure at forward call 6" in log
+    # still healthy; speculation stays off: the counters do not move any more
+    assert requests.get(f"{base}/health", timeout=10).status_code == 200
+    before = requests.get(f"{base}/metrics", timeout=10).text
+    drafts = _metric(before, "vllm:spec_decode_num_drafts_total")
+    assert drafts > 0
+    status, tokens, _ = _complete(base, model, PROMPTS[0], stream=False)
+    assert status == 200 and tokens == baseline.outputs[0]
+    after = requests.get(f"{base}/metrics", timeout=10).text
+    assert _metric(after, "vllm:spec_decode_num_drafts_total") == drafts
+    assert _metric(after, "vllm:spec_decode_num_draft_tokens_total") == _metric(
+        before, "vllm:spec_decode_num_draft_tokens_total")
+    assert proc.poll() is None

@@ -1,0 +1,161 @@
+"""Names vLLM or Transformers already serve: plugins never register over them.
+
+A plugin's draft model class is registered with vLLM under a private name of its own
+(:func:`private_arch`, e.g. ``MedusaModel__vsp_medusa``), and the shim points a selected
+draft's config at that name (:func:`vllm_spec_plugins.patch.config.finalize_spec`).
+Only architecture names neither vLLM nor Transformers knows are also registered under
+their own name (vLLM must resolve them when it first reads the draft config). So no
+plugin replaces a vLLM class, for targets or drafts.
+
+Which drafts a plugin is *selected* for, by name alone:
+
+* a name no one else serves (``EchoDrafter``): selected by it;
+* a name of one of vLLM's own **draft** classes (``MedusaModel``, ``EagleLlamaForCausalLM``,
+  ``Eagle3LlamaForCausalLM``...): selected by it; the plugin serves such drafts in place
+  of vLLM's built-in drafter (``VLLM_SPEC_PLUGINS`` excluding the plugin gives them back
+  to vLLM);
+* a name vLLM or Transformers serve as a **model** (``LlamaForCausalLM``, model type
+  ``llama``): never by the name alone (a plain draft LM of that architecture stays vLLM's
+  ``draft_model``); only through ``"method": "<plugin>"`` or the checkpoint's own stamp
+  ``"vllm_spec_plugin": "<plugin>"`` in ``config.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .api import Drafter
+
+SEP = "__vsp_"
+
+
+def private_arch(arch: str, plugin: str) -> str:
+    """The name a plugin drafter's model class is registered under with vLLM."""
+    return f"{arch}{SEP}{plugin}"
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """A name a plugin claims that vLLM or Transformers already serve."""
+
+    what: str  # "architecture" | "model_type"
+    key: str
+    drafter: Drafter
+    owner: str  # "vLLM" | "Transformers"
+    draft: bool  # one of vLLM's own draft classes / draft config types
+
+    @property
+    def ckey(self) -> str:
+        return f"{self.what}:{self.key}"
+
+    @property
+    def selectable(self) -> bool:
+        return self.draft
+
+    def describe(self) -> str:
+        d = self.drafter
+        if self.draft:
+            return (f"{self.what} {self.key!r} (plugin {d.name!r}, {d.display_dist}) is also one of {self.owner}'s "
+                    f"built-in drafts: not registered over it; drafts of that kind are served by the plugin "
+                    f"(set VLLM_SPEC_PLUGINS to exclude {d.name!r} to use {self.owner}'s)")
+        return (f"{self.what} {self.key!r} (plugin {d.name!r}, {d.display_dist}) is a model {self.owner} already "
+                f"serves: not registered over it, and not selected by that name; select the plugin with "
+                f"\"method\": \"{d.name}\" or \"vllm_spec_plugin\": \"{d.name}\" in the draft's config.json")
+
+
+def _vllm_archs() -> tuple[set[str], set[str]]:
+    """(every architecture vLLM's registry knows, those of its own draft classes), minus plugin registrations."""
+    try:
+        from vllm.model_executor.models import registry as reg
+    except Exception:  # noqa: BLE001 - no vLLM: nothing known
+        return set(), set()
+    known: set[str] = set()
+    for arch, model in reg.ModelRegistry.models.items():
+        if SEP in arch:
+            continue
+        known.add(arch)
+    drafts = set(getattr(reg, "_SPECULATIVE_DECODING_MODELS", {}) or {})
+    return known, drafts
+
+
+def _our_registrations(drafters: Iterable[Drafter]) -> set[str]:
+    """Architecture names whose vLLM registration points at a plugin's own class (registered by us)."""
+    try:
+        from vllm.model_executor.models import registry as reg
+    except Exception:  # noqa: BLE001
+        return set()
+    ours = set()
+    for d in drafters:
+        mod, _, cls = d.model_class.partition(":")
+        for a in d.architectures:
+            m = reg.ModelRegistry.models.get(a)
+            if m is not None and getattr(m, "module_name", None) == mod and getattr(m, "class_name", None) == cls:
+                ours.add(a)
+    return ours
+
+
+def _transformers_archs() -> set[str]:
+    try:
+        import transformers
+    except Exception:  # noqa: BLE001
+        return set()
+    names = getattr(transformers, "_class_to_module", None)
+    if isinstance(names, dict):
+        return set(names)
+    return set()
+
+
+def _transformers_model_types() -> set[str]:
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except Exception:  # noqa: BLE001
+        return set()
+    return set(CONFIG_MAPPING_NAMES)
+
+
+def _vllm_draft_model_types() -> set[str]:
+    try:
+        from vllm.transformers_utils.config import _SPECULATIVE_DECODING_CONFIGS
+    except Exception:  # noqa: BLE001
+        return set()
+    return set(_SPECULATIVE_DECODING_CONFIGS)
+
+
+def find_shadows(drafters: Iterable[Drafter]) -> list[Shadow]:
+    """Every name the drafters claim that vLLM or Transformers already serve."""
+    drafters = list(drafters)
+    vllm_known, vllm_drafts = _vllm_archs()
+    vllm_known -= _our_registrations(drafters)
+    tf_archs = _transformers_archs()
+    tf_types = _transformers_model_types()
+    vllm_types = _vllm_draft_model_types()
+    out: list[Shadow] = []
+    for d in drafters:
+        for a in d.architectures:
+            if a in vllm_known:
+                out.append(Shadow("architecture", a, d, "vLLM", a in vllm_drafts))
+            elif a in tf_archs:
+                out.append(Shadow("architecture", a, d, "Transformers", False))
+        mt = d.model_type
+        if mt and mt in tf_types:
+            out.append(Shadow("model_type", mt, d, "Transformers", False))
+        elif mt and mt in vllm_types:
+            out.append(Shadow("model_type", mt, d, "vLLM", True))
+    return out
+
+
+def own_names(drafter: Drafter, shadows: Iterable[Shadow]) -> list[str]:
+    """The drafter's architecture names that no one else serves (registered under their own name too)."""
+    taken = {s.key for s in shadows if s.what == "architecture" and s.drafter is drafter}
+    return [a for a in drafter.architectures if a not in taken]
+
+
+def describe_all(shadows: Iterable[Shadow]) -> list[str]:
+    return [s.describe() for s in shadows]
+
+
+def as_dict(s: Shadow) -> dict[str, Any]:
+    return {"what": s.what, "name": s.key, "plugin": s.drafter.name, "owner": s.owner,
+            "selected_by_name": s.selectable}
