@@ -87,19 +87,22 @@ TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_d
 
 @pytest.fixture(scope="session", autouse=True)
 def test_plugins_site(request, tmp_path_factory):
-    """Install the test-only plugins for this session, when any end-to-end test runs."""
-    if not any(item.get_closest_marker("e2e") for item in request.session.items):
-        yield None
-        return
+    """Install the test-only plugins for this session: on PYTHONPATH for the engines and subprocesses the
+    tests start, and on sys.path for tests that build drafters in process (the harness)."""
+    import importlib
+
     site = tmp_path_factory.mktemp("test-plugins-site")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "--target", str(site),
                     *(str(ROOT / "tests" / "plugins" / name) for name in TEST_PLUGINS)], check=True)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(site) + (os.pathsep + old if old else "")
+    sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
     try:
         yield str(site)
     finally:
+        sys.path.remove(str(site))
         if old is None:
             os.environ.pop("PYTHONPATH", None)
         else:

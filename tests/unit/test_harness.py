@@ -61,17 +61,19 @@ def test_check_with_target_state_drafter(ck):
     assert "acc <- state 'acc' [3] int64" in items["forward"].detail
 
 
-def test_check_with_target_reports_what_an_engine_start_raises(ck, tmp_path):
-    # A config without hidden_size / vocab_size: vLLM 0.32's SpeculativeConfig validation refuses it before
-    # the shim could fill the sizes from the target; check says so, as the engine start would.
+def test_check_with_target_fills_missing_sizes_and_reports_what_an_engine_start_raises(ck, tmp_path):
+    # A config without hidden_size / vocab_size: the shim fills them from the target, as an engine start does.
     nosize = tmp_path / "nosize"
     nosize.mkdir()
     (nosize / "config.json").write_text(json.dumps({"model_type": "vsp_state_test",
                                                     "architectures": ["StateTestDrafter"], "num_heads": 4}))
     save_file({"one": torch.ones(1)}, str(nosize / "model.safetensors"))
     rep = diagnose.check_checkpoint(str(nosize), str(ck["target"]))
+    assert _items(rep)["engine config"].status == "ok", rep.format()
+    # More draft tokens than the checkpoint's heads: the engine start would refuse it, and check says so.
+    rep = diagnose.check_checkpoint(str(nosize), str(ck["target"]), num_speculative_tokens=5)
     ec = _items(rep)["engine config"]
-    assert ec.status == "fail" and "hidden_size" in ec.detail and "would: ValidationError" in ec.detail
+    assert ec.status == "fail" and "at most 4 tokens per step" in ec.detail, rep.format()
 
 
 def test_check_with_target_reports_bad_and_missing_keys(ck):

@@ -333,9 +333,20 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
             bind_target(target_model)
         self._trial(self._trial_heads)
 
+    def _dummy_counts(self, rows: int, tokens: int) -> None:
+        """Make the per-request scheduled-token counts of dummy inputs add up to their token rows
+        (a hook folding ``TOKEN_IDS_ALL`` by ``NUM_SCHEDULED_TOKENS`` relies on it)."""
+        buf = self.buffers.get(Source.NUM_SCHEDULED_TOKENS)
+        if buf is None:
+            return
+        buf.zero_()
+        buf[:rows].fill_(tokens // rows)
+        buf[0] += tokens - rows * (tokens // rows)
+
     def _trial_heads(self) -> None:
         """State-carry hook and forward on one row of the static buffers; the drafts must be target ids."""
         k = self.num_speculative_tokens
+        self._dummy_counts(1, 1)
         with set_forward_context(None, self.vllm_config, num_tokens=1):
             if self.update_bindings:
                 self._checked_update(1, 1)
@@ -360,6 +371,7 @@ class HeadsProposer(PluginProposerMixin, DraftModelProposer):
                   slot_mappings: Any = None) -> None:
         rows = max(1, min(num_tokens, self.max_reqs))
         tokens = max(1, min(num_tokens, self.max_num_tokens))
+        self._dummy_counts(rows, tokens)
         with set_forward_context(None, self.vllm_config, num_tokens=rows):
             if self.update_bindings:
                 getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))

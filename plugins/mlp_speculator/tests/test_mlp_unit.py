@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import socket
 import types
 
 import pytest
@@ -136,20 +135,16 @@ def test_tied_index_follows_fms_extras(model_mod, kind, idx, want):
 
 @pytest.fixture(scope="module")
 def dist(model_mod):
+    """One tensor-parallel rank in this process (the test kit's, set up once per process and shared
+    with the harness tests), and a current vLLM config while the model is built."""
     from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
-                                  init_distributed_environment, initialize_model_parallel)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with set_current_vllm_config(VllmConfig()):
-        init_distributed_environment(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
-                                     local_rank=0, backend="gloo")
-        initialize_model_parallel(1)
+    from vllm_spec_plugins.testing.harness import init_cpu_runtime
+
+    cfg = VllmConfig()
+    init_cpu_runtime(cfg)
+    with set_current_vllm_config(cfg):
         yield
-        destroy_model_parallel()
-        destroy_distributed_environment()
 
 
 def _model(model_mod, k=3, **cfg):
