@@ -1,13 +1,14 @@
 """The benchmark harness (bench/engine_worker.py behind bench.run.Engine) on the tiny target."""
 
-from tests.conftest import PROMPTS
+from tests.conftest import POLICY_OFF, PROMPTS
 
 
 def test_engine_worker_protocol_and_metric_deltas(tiny, tmp_path):
     from bench.run import Engine
 
+    # every step drafts 3 tokens (policy off), so the counters' arithmetic below is exact
     e = Engine("tiny-medusa", str(tiny["target"]), {"model": str(tiny["medusa"]), "num_speculative_tokens": 3},
-               {}, tmp_path, max_num_seqs=4, max_model_len=512)
+               POLICY_OFF, tmp_path, max_num_seqs=4, max_model_len=512)
     try:
         assert e.ready["ready"] and e.start_seconds > 0
         one = e.run(PROMPTS[:4], 1, 32)

@@ -31,7 +31,7 @@ def test_list_json_shows_installed_plugins(broken_plugin_path):
 def test_list_table_and_allow_list():
     out = subprocess.run([CLI, "list"], capture_output=True, text=True, check=True,
                          env=default_env({"VLLM_SPEC_PLUGINS": "medusa"}))
-    lines = out.stdout.splitlines()
+    lines = out.stdout.split("\n\n")[0].splitlines()  # the table; notes follow after a blank line
     assert lines[0].split()[:3] == ["PLUGIN", "DISTRIBUTION", "VERSION"]
     assert [ln.split()[0] for ln in lines[1:]] == ["medusa"]
     none = subprocess.run([CLI, "list"], capture_output=True, text=True, check=True,
