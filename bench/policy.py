@@ -12,7 +12,7 @@ phases interleaved round robin with the no-speculation row of the same group):
 * the same with our adaptive policy (the default: no flag, no tuning).
 
 Every row runs at concurrency 1, 4, 8 and 16. The CPU runtime is set up as vLLM prescribes
-(Intel OpenMP preloaded when ``.venv/lib/libiomp5.so`` exists: ``make setup`` installs it).
+(Intel OpenMP, and tcmalloc when installed, in ``LD_PRELOAD``: ``vllm_spec_plugins.cpu_env``).
 Per adaptive row the policy's own statistics (what ``k`` it chose, at which batch sizes, its
 cost per decision) are read from ``VLLM_SPEC_PLUGINS_POLICY_STATS``.
 
@@ -35,9 +35,11 @@ from bench.run import DRAFTS, OUT, ROOT, held_out_prompt_ids, run_group, summari
 
 
 def cpu_runtime_env() -> dict[str, str]:
-    """What vLLM's CPU docs prescribe for speculative decoding: Intel OpenMP in ``LD_PRELOAD``."""
-    lib = ROOT / ".venv" / "lib" / "libiomp5.so"
-    return {"LD_PRELOAD": str(lib)} if lib.exists() else {}
+    """What vLLM's CPU docs prescribe for speculative decoding: Intel OpenMP (and tcmalloc when
+    installed) in ``LD_PRELOAD``, as ``vllm-spec-plugins cpu-env`` prints it (docs/cpu.md)."""
+    from vllm_spec_plugins.cpu_env import preload_env
+
+    return preload_env()
 
 
 def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
