@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.run import DRAFTS, OUT, ROOT, held_out_prompt_ids, run_group, summarize, vllm_minor
+from bench.run import DRAFTS, OUT, held_out_prompt_ids, run_group, summarize, vllm_minor
 
 
 def cpu_runtime_env() -> dict[str, str]:
