@@ -503,8 +503,11 @@ def _fill_from_target(host: PluginHost, hf: Any, alias: str | None, tmc: Any, pa
     if d.config_class and path is not None:
         cls = _import(d.config_class)
         if not isinstance(hf, cls):
+            before = f"{type(hf).__module__}.{type(hf).__qualname__}"
             hf = cls.from_pretrained(str(path), revision=revision)
             strip_stamps(hf)
+            logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
+                        "instead of %s", path, getattr(hf, "model_type", None), d.name, d.config_class, before)
     for attr, value in (("hidden_size", tmc.get_hidden_size), ("vocab_size", tmc.get_vocab_size)):
         if getattr(hf, attr, None) is None:
             setattr(hf, attr, value())
