@@ -15,7 +15,7 @@ import glob
 import pytest
 import torch
 
-from tests.conftest import MAX_TOKENS, PROMPTS
+from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS
 from tests.e2e.mlp_reference import MLPSpeculatorReference, load_checkpoint
 from vllm_spec_plugins.testing.engine import run_engine
 
@@ -34,7 +34,7 @@ def _run(tiny, draft, tmp_path_factory, **kw):
     trace = tmp_path_factory.mktemp("mlp-trace")
     spec = {"model": str(tiny[draft]), "num_speculative_tokens": kw.pop("k", 3), **kw.pop("spec", {})}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={TRACE: str(trace)}, **kw)
+                   env={TRACE: str(trace), **POLICY_OFF}, **kw)
     return r, trace
 
 
