@@ -43,7 +43,8 @@ from typing import Any
 #: ``num_speculative_tokens``, as vLLM does), or an integer ``k`` (every step drafts ``k``).
 ENV_POLICY = "VLLM_SPEC_PLUGINS_POLICY"
 #: ``VLLM_SPEC_PLUGINS_POLICY_STATS``: a file the policy writes its decisions to (JSON),
-#: every 5 seconds while it works and at shutdown; ``vllm-spec-plugins policy FILE`` prints it.
+#: every 5 seconds while it works, whenever the engine falls idle and at shutdown;
+#: ``vllm-spec-plugins policy FILE`` prints it.
 ENV_STATS = "VLLM_SPEC_PLUGINS_POLICY_STATS"
 #: ``VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL``: least seconds between two INFO lines about
 #: drafting being turned off or on (default 10).
@@ -70,6 +71,9 @@ class PolicySettings:
     decay: float = 0.97
     """Per-step decay of the pooled acceptance counts (every step, so that a probe after a long
     pause weighs more than what was seen before the pause)."""
+    idle_decay: float = 0.9
+    """Per-step decay while no drafts are verified: old evidence fades fast, so the next probe's
+    fresh observations decide whether drafting comes back on."""
     request_decay: float = 0.9
     """Per-step decay of a request's own acceptance counts."""
     request_prior: float = 4.0
@@ -290,7 +294,7 @@ class AdaptivePolicy:
         t0 = time.perf_counter()
         self.step += 1
         self._b = b
-        self._decay_pooled()  # per step, observed or not: old evidence fades while drafting is off
+        self._decay_pooled(self.cfg.decay if self.k > 0 else self.cfg.idle_decay)
         k = self._decide(b)
         self.prev_k, self.k = self.k, k
         self.k_steps[k] += 1
@@ -463,8 +467,7 @@ class AdaptivePolicy:
             r.s[j] += ok
             r.n[j] += 1.0
 
-    def _decay_pooled(self) -> None:
-        d = self.cfg.decay
+    def _decay_pooled(self, d: float) -> None:
         self.acc_s = [s * d for s in self.acc_s]
         self.acc_n = [n * d for n in self.acc_n]
 

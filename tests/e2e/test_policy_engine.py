@@ -20,7 +20,7 @@ from vllm_spec_plugins.testing.engine import run_engine
 
 V = 259
 K = 3
-MAX_TOKENS = 110
+MAX_TOKENS = 150
 #: 4 requests whose drafts are right, then wrong, then right again (by generated-token index)
 PHASED = [[1, 11, 12, 13], [1, 21, 22, 23, 24], [1, 31, 32], [1, 41, 42, 43, 44, 45]]
 #: 4 requests whose drafts are always right, 4 whose drafts are always wrong
@@ -67,7 +67,7 @@ def _run(tiny, ckpt: Path, prompts, stats: Path, **kw):
 @pytest.fixture(scope="module")
 def phased_run(tiny, reference, tmp_path_factory):
     d = tmp_path_factory.mktemp("policy")
-    ckpt = make_oracle(d / "oracle-phased", PHASED, reference[:4], [phased] * 4, burn=24)
+    ckpt = make_oracle(d / "oracle-phased", PHASED, reference[:4], [phased] * 4, burn=4)
     r = _run(tiny, ckpt, PHASED, d / "stats.json")
     return r, json.loads((d / "stats.json").read_text())
 

@@ -148,6 +148,8 @@ def _update_wrap(original):
         out = original(self, scheduler_output, model_runner_output)
         t = perf_counter()
         policy.end_step(**shape)
+        if policy.stats_path and not self.running and not self.waiting:
+            policy.write_stats()  # idle: the engine may be shut down before its scheduler is
         policy.host_seconds += host + perf_counter() - t
         return out
 
