@@ -101,7 +101,9 @@ def test_quickstart_serves_with_our_eagle_and_reports_metrics(quickstart):
     assert "Paris" in completion["choices"][0]["text"], completion
     assert "Paris" in chat["choices"][0]["message"]["content"], chat
     assert _metric(out, "vllm:spec_decode_num_drafts_total") > 0
-    assert _metric(out, "vllm:spec_decode_num_draft_tokens_total") == 2 * _metric(out, "vllm:spec_decode_num_drafts_total")
+    # the adaptive drafting policy (on by default) verifies 1 or 2 draft tokens per drafting request and step
+    drafts = _metric(out, "vllm:spec_decode_num_drafts_total")
+    assert drafts <= _metric(out, "vllm:spec_decode_num_draft_tokens_total") <= 2 * drafts
     assert _metric(out, "vllm:spec_decode_num_accepted_tokens_total") > 0
     # The CPU runtime the README preloads reached the server: vLLM's warning about it is gone.
     assert "Speculative decoding on CPU without Intel OpenMP" not in log and "libiomp is not found" not in log
