@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.server import free_port, metric
 from vllm_spec_plugins.testing.engine import default_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +44,6 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _json_objects(text: str) -> list[dict]:
     """The JSON answers curl printed (no newline after them), in order."""
     dec, out, i = json.JSONDecoder(), [], 0
@@ -57,10 +52,6 @@ def _json_objects(text: str) -> list[dict]:
         out.append(obj)
         i = end
     return out
-
-
-def _metric(text: str, name: str) -> float:
-    return sum(float(v) for v in re.findall(re.escape(name) + r"(?:\{[^}]*\})? ([0-9.eE+-]+)", text))
 
 
 def test_readme_has_the_quickstart_blocks():
@@ -73,7 +64,7 @@ def test_readme_has_the_quickstart_blocks():
 def quickstart(tmp_path_factory):
     script = "\n".join(quickstart_blocks())
     if not _port_free(8000):
-        port = _free_port()
+        port = free_port()
         script = script.replace("localhost:8000", f"localhost:{port}").replace("--port 8000", f"--port {port}")
     # Its own session: if the script fails half-way, the server it started in the background goes down with it.
     proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=ROOT, env=default_env({"PYTHONPATH": None}),
@@ -100,11 +91,11 @@ def test_quickstart_serves_with_our_eagle_and_reports_metrics(quickstart):
     assert completion["model"] == chat["model"] == "smollm2"
     assert "Paris" in completion["choices"][0]["text"], completion
     assert "Paris" in chat["choices"][0]["message"]["content"], chat
-    assert _metric(out, "vllm:spec_decode_num_drafts_total") > 0
+    assert metric(out, "vllm:spec_decode_num_drafts_total") > 0
     # the adaptive drafting policy (on by default) verifies 1 or 2 draft tokens per drafting request and step
-    drafts = _metric(out, "vllm:spec_decode_num_drafts_total")
-    assert drafts <= _metric(out, "vllm:spec_decode_num_draft_tokens_total") <= 2 * drafts
-    assert _metric(out, "vllm:spec_decode_num_accepted_tokens_total") > 0
+    drafts = metric(out, "vllm:spec_decode_num_drafts_total")
+    assert drafts <= metric(out, "vllm:spec_decode_num_draft_tokens_total") <= 2 * drafts
+    assert metric(out, "vllm:spec_decode_num_accepted_tokens_total") > 0
     # The CPU runtime the README preloads reached the server: vLLM's warning about it is gone.
     assert "Speculative decoding on CPU without Intel OpenMP" not in log and "libiomp is not found" not in log
 

@@ -7,30 +7,13 @@ vllm.entrypoints.openai.api_server`` is the same server with the same flags.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 import requests
 
 from tests.conftest import POLICY_OFF
+from tests.e2e.server import metric, openai_server
 from vllm_spec_plugins.testing.engine import default_env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture(scope="module", params=[("medusa", "medusa", "vllm-spec-medusa"), ("eagle", "eagle", "vllm-spec-eagle"),
@@ -38,36 +21,11 @@ def _metric(text: str, name: str) -> float:
                 ids=["medusa", "eagle", "mlp"])
 def server(request, tiny, tmp_path_factory):
     draft, plugin, dist = request.param
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("serve") / "server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["target"]),
-           "--spec-model", str(tiny[draft]), "--spec-tokens", "3", "--host", "127.0.0.1", "--port", str(port),
-           "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512", "--dtype", "float32",
-           "--max-num-seqs", "4"]
-    with open(log_path, "w") as log:
-        # Every step drafts (policy off), so one short completion surely has accepted drafts to count.
-        proc = subprocess.Popen(cmd, env=default_env(POLICY_OFF), stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        try:
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"server exited rc={proc.returncode}:\n{log_path.read_text()[-5000:]}")
-                try:
-                    if requests.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(1)
-            else:
-                raise RuntimeError(f"server did not come up:\n{log_path.read_text()[-5000:]}")
-            yield base, log_path, tiny[draft], plugin, dist
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    # Every step drafts (policy off), so one short completion surely has accepted drafts to count.
+    with openai_server(str(tiny["target"]), str(tiny[draft]), log_path, default_env(POLICY_OFF), max_num_seqs=4,
+                       timeout=300) as (base, _):
+        yield base, log_path, tiny[draft], plugin, dist
 
 
 def test_completion_with_plugin_drafts_and_metrics(server, tiny):
@@ -82,7 +40,7 @@ def test_completion_with_plugin_drafts_and_metrics(server, tiny):
     assert body["usage"]["completion_tokens"] == 48
     assert isinstance(body["choices"][0]["text"], str)
     metrics = requests.get(f"{base}/metrics", timeout=10).text
-    assert _metric(metrics, "vllm:spec_decode_num_drafts_total") > 0
-    assert _metric(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
+    assert metric(metrics, "vllm:spec_decode_num_drafts_total") > 0
+    assert metric(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
     log = log_path.read_text()
     assert f"vllm_spec_plugins: draft '{draft}' served by plugin '{plugin}' ({dist} 0.1.0)" in log

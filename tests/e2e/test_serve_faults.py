@@ -8,9 +8,6 @@ healthy and keep answering, and the spec-decode counters must stop growing.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -18,7 +15,7 @@ import requests
 
 from tests.conftest import MAX_TOKENS, PROMPTS, with_pythonpath
 from tests.e2e.test_faults import DIST, faulty_checkpoint
-from tests.e2e.test_serve import _free_port, _metric
+from tests.e2e.server import metric, openai_server
 from vllm_spec_plugins.testing.engine import default_env
 
 N_REQUESTS = 16
@@ -27,36 +24,10 @@ N_REQUESTS = 16
 @pytest.fixture(scope="module")
 def server(tiny, faulty_plugin_path, tmp_path_factory):
     draft = faulty_checkpoint(tmp_path_factory.mktemp("serve-faulty") / "draft", fault="raise", fault_at=6)
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("serve-faults") / "server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["target"]),
-           "--spec-model", str(draft), "--spec-tokens", "3", "--host", "127.0.0.1", "--port", str(port),
-           "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512", "--dtype", "float32",
-           "--max-num-seqs", str(N_REQUESTS)]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=default_env(with_pythonpath(faulty_plugin_path)), stdout=log,
-                                stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 600
-        try:
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"server exited rc={proc.returncode}:\n{log_path.read_text()[-5000:]}")
-                try:
-                    if requests.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                time.sleep(1)
-            else:
-                raise RuntimeError(f"server did not come up:\n{log_path.read_text()[-5000:]}")
-            yield base, log_path, str(tiny["target"]), proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with openai_server(str(tiny["target"]), str(draft), log_path, default_env(with_pythonpath(faulty_plugin_path)),
+                       max_num_seqs=N_REQUESTS, timeout=600) as (base, proc):
+        yield base, log_path, str(tiny["target"]), proc
 
 
 def _body(model: str, prompt: list[int], stream: bool) -> dict:
@@ -102,12 +73,12 @@ def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline
     # still healthy; speculation stays off: the counters do not move any more
     assert requests.get(f"{base}/health", timeout=10).status_code == 200
     before = requests.get(f"{base}/metrics", timeout=10).text
-    drafts = _metric(before, "vllm:spec_decode_num_drafts_total")
+    drafts = metric(before, "vllm:spec_decode_num_drafts_total")
     assert drafts > 0
     status, tokens, _ = _complete(base, model, PROMPTS[0], stream=False)
     assert status == 200 and tokens == baseline.outputs[0]
     after = requests.get(f"{base}/metrics", timeout=10).text
-    assert _metric(after, "vllm:spec_decode_num_drafts_total") == drafts
-    assert _metric(after, "vllm:spec_decode_num_draft_tokens_total") == _metric(
+    assert metric(after, "vllm:spec_decode_num_drafts_total") == drafts
+    assert metric(after, "vllm:spec_decode_num_draft_tokens_total") == metric(
         before, "vllm:spec_decode_num_draft_tokens_total")
     assert proc.poll() is None
