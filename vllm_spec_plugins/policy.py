@@ -133,7 +133,7 @@ class _Cell:
     window: int = 16
     samples: list[float] = field(default_factory=list)
     n: int = 0
-    ema: float = 0.0
+    estimate: float = 0.0
     """The current estimate (the lower quartile of the window)."""
 
     def add(self, t: float) -> None:
@@ -142,7 +142,7 @@ class _Cell:
             del self.samples[0]
         self.n += 1
         ordered = sorted(self.samples)
-        self.ema = ordered[(len(ordered) - 1) // 4]
+        self.estimate = ordered[(len(ordered) - 1) // 4]
 
 
 @dataclass
@@ -210,7 +210,6 @@ class AdaptivePolicy:
         self._last_log = -math.inf
         self._suppressed = 0
         self._last_stats_write = -math.inf
-        self._seen_this_step: set[str] = set()
         self._cuts_this_step = 0
         self._pmin_step = -1
         self._pmin = 0.0
@@ -266,7 +265,7 @@ class AdaptivePolicy:
         bk = self.buckets.get(bucket)
         if bk is None:
             return {}
-        known = {k: c.ema for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
+        known = {k: c.estimate for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
         if not known:
             return {}
         ks = sorted(known)
@@ -452,7 +451,6 @@ class AdaptivePolicy:
         self.accepted_tokens += num_accepted
         n = min(num_draft, self.k_max)
         a = max(0, min(num_accepted, n))
-        self._seen_this_step.add(req_id)
         r = self.requests.get(req_id)
         if r is None:
             r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
@@ -474,7 +472,6 @@ class AdaptivePolicy:
     def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:
         """The step finished (end of ``update_from_output``); time it if it was steady."""
         now = self.clock()
-        self._seen_this_step.clear()
         start = self._t_sched
         if self._t_last_end is not None and start is not None:
             start = max(start, self._t_last_end)
@@ -534,7 +531,7 @@ class AdaptivePolicy:
             rates = {k: self.expected_tokens(al, k) / t for k, t in costs.items() if t > 0}
             out["buckets"][str(bucket)] = {
                 "best_k": bk.best,
-                "step_ms": {str(k): round(1e3 * c.ema, 3) for k, c in sorted(bk.cells.items())},
+                "step_ms": {str(k): round(1e3 * c.estimate, 3) for k, c in sorted(bk.cells.items())},
                 "samples": {str(k): c.n for k, c in sorted(bk.cells.items())},
                 "cost_ratio": {str(k): round(t / base, 3) for k, t in sorted(costs.items())} if base else {},
                 "expected_speedup": {str(k): round(r / rates[0], 3)

@@ -199,7 +199,7 @@ def test_unsteady_and_mixed_steps_are_not_timed():
     pol.decide(4)
     clock.t += 0.5
     pol.end_step(b=4, k_drafted=2, k_verified=2, pure_decode=True)
-    assert pol.buckets[4].cells[2].ema == pytest.approx(0.5)
+    assert pol.buckets[4].cells[2].estimate == pytest.approx(0.5)
 
 
 def test_summary_and_stats_file(tmp_path):
