@@ -32,7 +32,7 @@ POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PL
 
 
 def phased(g: int) -> bool:
-    return g < 30 or g >= 65
+    return g < 30 or g >= 80
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,11 @@ def _run(tiny, ckpt: Path, prompts, stats: Path, **kw):
 @pytest.fixture(scope="module")
 def phased_run(tiny, reference, tmp_path_factory):
     d = tmp_path_factory.mktemp("policy")
-    ckpt = make_oracle(d / "oracle-phased", PHASED, reference[:4], [phased] * 4, burn=4)
+    # burn=12: drafting k=3 costs about 2x a plain step here (quiet 2-core machine, measured
+    # from the policy's stats): a clear loss while drafts are wrong (about 1 token per step), a
+    # clear gain while they are right (4 tokens per step). burn=4 (about 1.1x) made drafting
+    # pay even with wrong drafts, and the test depended on the machine's load.
+    ckpt = make_oracle(d / "oracle-phased", PHASED, reference[:4], [phased] * 4, burn=12)
     r = _run(tiny, ckpt, PHASED, d / "stats.json")
     return r, json.loads((d / "stats.json").read_text())
 
