@@ -38,7 +38,7 @@ demo: setup
 	$(PY) -m bench.demo $(DEMO_ARGS)
 
 test: setup
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=25 $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not e2e" $(PYTEST_ARGS)
