@@ -19,7 +19,11 @@ What it measures:
   between two ``update_from_output`` calls when vLLM overlaps them), for steady pure-decode
   steps only (no prefill tokens, the drafts verified were made with the same ``k``), as
   the lower quartile of the last 16 samples per batch-size bucket and ``k`` (steps slowed
-  down by something else on the machine do not count).
+  down by something else on the machine do not count), cells compared over equally many
+  of their latest samples.
+
+Drafting must beat plain decoding by ``draft_margin`` (3 %) to be chosen: a smaller
+expected gain is within the noise of a shared machine.
 
 Exploration: each batch-size bucket first measures the user's ``K`` and ``0``; later it
 probes another ``k`` for a couple of steps every ``probe_interval`` steps (doubling up to
@@ -92,6 +96,10 @@ class PolicySettings:
     max_probe_interval: int = 512
     hysteresis: float = 0.02
     """Leave the current ``k`` only for an expected gain above this fraction."""
+    draft_margin: float = 0.03
+    """Draft (``k > 0``) only where it is expected to beat plain decoding by more than this
+    fraction: step times on a shared machine are noisy, and a gain smaller than the noise is
+    as likely a loss; the promise is never to be slower than not speculating."""
     log_interval: float = 10.0
 
     @classmethod
@@ -141,8 +149,12 @@ class _Cell:
         if len(self.samples) > self.window:
             del self.samples[0]
         self.n += 1
-        ordered = sorted(self.samples)
-        self.estimate = ordered[(len(ordered) - 1) // 4]
+        self.estimate = self.lower_quartile()
+
+    def lower_quartile(self, last: int | None = None) -> float:
+        """The lower quartile of the last ``last`` samples (all of the window by default)."""
+        ordered = sorted(self.samples[-last:] if last else self.samples)
+        return ordered[(len(ordered) - 1) // 4]
 
 
 @dataclass
@@ -265,9 +277,15 @@ class AdaptivePolicy:
         bk = self.buckets.get(bucket)
         if bk is None:
             return {}
-        known = {k: c.estimate for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
-        if not known:
+        trusted = {k: c for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
+        if not trusted:
             return {}
+        # Compare like with like: every cell's lower quartile over as many (of its latest) samples
+        # as the least-sampled cell has. The chosen k gathers samples every step while the others
+        # only get a probe's worth; a quantile of 16 samples against one of 4 is a different
+        # statistic, and the old samples of the chosen k date from other load on the machine.
+        m = min(len(c.samples) for c in trusted.values())
+        known = {k: c.lower_quartile(m) for k, c in trusted.items()}
         ks = sorted(known)
         out = {}
         for k in range(self.k_max + 1):
@@ -326,7 +344,8 @@ class AdaptivePolicy:
                 if cell is None or cell.n < cfg.min_samples:
                     return self._explore(bk, bucket, k, cfg.min_samples + 1)
             rates = self.rates(bucket)
-        best = max(rates, key=lambda k: (rates[k], -k))
+        margin = 1 + cfg.draft_margin
+        best = max(rates, key=lambda k: (rates[k] / (margin if k else 1.0), -k))
         cur = bk.best if bk.best is not None else self.k
         if cur in rates and best != cur and rates[best] < rates[cur] * (1 + cfg.hysteresis):
             best = cur

@@ -259,3 +259,40 @@ def test_steps_slowed_by_something_else_do_not_mislead_it():
     assert pol.buckets[1].best == 3
     assert out["ks"][-500:].count(3) > 450
 
+
+
+def test_a_gain_within_the_noise_margin_is_not_taken():
+    """Drafting must beat plain decoding by more than the margin (3 %) before it is turned on:
+    an expected gain of 2.5 % on a noisy machine is as likely a loss. 8 % is taken."""
+    from vllm_spec_plugins.policy import _Bucket, _Cell
+
+    for gain, expect in ((1.025, 0), (1.08, 1)):
+        pol = AdaptivePolicy(2)
+        pol.k = 0
+        pol.acc_s, pol.acc_n = [300.0, 90.0], [1000.0, 300.0]  # acceptance 0.3 per position, well measured
+        bk = pol.buckets[8] = _Bucket(interval=512, next_probe=10**9)
+        for k, t in ((0, 0.050), (1, 0.050 * 1.3 / gain), (2, 0.150)):
+            bk.cells[k] = _Cell()
+            for _ in range(16):
+                bk.cells[k].add(t)
+        assert pol.rates(8)[1] / pol.rates(8)[0] == pytest.approx(gain)
+        assert pol.decide(8) == expect, gain
+
+
+def test_costs_compare_like_with_like():
+    """The chosen k has 16 samples, the oldest from a quieter time; plain decoding was probed
+    4 times, all under the current load. Its lower quartile over 4 samples is compared with
+    the same statistic of the chosen k's 4 latest samples, not with its 16-sample quartile."""
+    from vllm_spec_plugins.policy import _Bucket, _Cell
+
+    pol = AdaptivePolicy(2)
+    bk = pol.buckets[4] = _Bucket(interval=16)
+    bk.cells[2] = _Cell()
+    for t in [0.012] * 12 + [0.030] * 4:  # load rose: k=2 steps now take 30 ms
+        bk.cells[2].add(t)
+    bk.cells[0] = _Cell()
+    for t in [0.021] * 4:  # plain steps probed under the same load
+        bk.cells[0].add(t)
+    costs = pol.costs(4)
+    assert costs[2] == pytest.approx(0.030) and costs[0] == pytest.approx(0.021)
+    assert costs[1] == pytest.approx(0.0255)
