@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email
 import json
+import re
 import site
 import subprocess
 import sys
@@ -149,3 +150,39 @@ def test_engine_runs_from_the_installed_wheels(fresh, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "outputs identical (token ids): True" in r.stdout
     assert f"served by plugin 'medusa' (vllm-spec-medusa {VERSION})" in r.stdout
+
+
+README = (ROOT / "README.md").read_text()
+
+
+def _install_section() -> str:
+    return README.split("## Install", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_install_lines_name_what_make_dist_builds(dist):
+    """The README's install routes name the projects and the wheel files that exist."""
+    section = _install_section()
+    built = sorted(p.name for p in dist.glob("*.whl"))
+    named = sorted(set(re.findall(r"dist/([\w.-]+\.whl)", section)))
+    assert named == built, f"README.md names {named}; make dist builds {built}"
+    for sub in re.findall(r"(?:\s\./|#subdirectory=)(plugins/\w+)", section):
+        assert (ROOT / sub / "pyproject.toml").is_file(), sub
+    mentioned = set(re.findall(r"#subdirectory=(plugins/\w+)", section))
+    assert mentioned == {str(p.relative_to(ROOT)) for n, p in PROJECTS.items() if p != ROOT}
+
+
+def test_readme_git_install_line_works(tmp_path):
+    """The 'straight from git' command, with REPOSITORY_URL this repository's own folder (file://):
+    pip clones it and builds every distribution from its subdirectory (the committed tree)."""
+    block = re.search(r"Straight from git.*?```bash\n(.*?)```", _install_section(), flags=re.S).group(1)
+    reqs = re.findall(r'"([^"]+ @ git\+[^"]+)"', block)
+    assert len(reqs) == len(PROJECTS) and all("REPOSITORY_URL" in r for r in reqs), block
+    # file://localhost/...: pip 23 (the one Python 3.11 ships) refuses a file:/// URL with an empty host
+    reqs = [r.replace("REPOSITORY_URL", f"file://localhost{ROOT}") for r in reqs]
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps",
+                        "--no-build-isolation", "--no-index", "--target", str(target), *reqs],
+                       capture_output=True, text=True, cwd=tmp_path, env=default_env({"PYTHONPATH": None}))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    infos = sorted(p.name for p in target.glob("*.dist-info"))
+    assert infos == sorted(f"{n.replace('-', '_')}-{VERSION}.dist-info" for n in PROJECTS), infos
