@@ -100,6 +100,12 @@ class PolicySettings:
     """Draft (``k > 0``) only where it is expected to beat plain decoding by more than this
     fraction: step times on a shared machine are noisy, and a gain smaller than the noise is
     as likely a loss; the promise is never to be slower than not speculating."""
+    close_contest: float = 0.05
+    """A runner-up ``k`` expected within this fraction of the best is a close contest: it is the
+    one probed, and probes stay at most ``close_probe_interval`` steps apart. Otherwise the
+    acceptance of a position only the runner-up drafts (position ``k + 1``) is seen only at
+    probes, and a noisy estimate of it could hold the choice at the wrong ``k``."""
+    close_probe_interval: int = 64
     log_interval: float = 10.0
 
     @classmethod
@@ -311,7 +317,10 @@ class AdaptivePolicy:
         t0 = time.perf_counter()
         self.step += 1
         self._b = b
-        self._decay_pooled(self.cfg.decay if self.k > 0 else self.cfg.idle_decay)
+        if self.k > 0:  # positions this step verifies; the others keep what they last saw
+            self._decay_pooled(self.cfg.decay, self.k)
+        else:
+            self._decay_pooled(self.cfg.idle_decay)
         k = self._decide(b)
         self.prev_k, self.k = self.k, k
         self.k_steps[k] += 1
@@ -352,13 +361,22 @@ class AdaptivePolicy:
         if self.step >= bk.next_probe:
             others = [k for k in range(self.k_max + 1) if k != best]
             unmeasured = [k for k in others if bk.cells.get(k) is None or bk.cells[k].n < cfg.min_samples]
+            runner = max((k for k in others if k in rates), key=lambda k: rates[k], default=None)
+            close = runner is not None and rates[runner] >= rates[best] * (1 - cfg.close_contest)
             if unmeasured:
                 probe = unmeasured[0]
+            elif close:
+                probe = runner  # a close runner-up: its estimate (its acceptance above all) needs fresh data
             else:
                 probe = others[bk.probe_rr % len(others)]
                 bk.probe_rr += 1
             changed = bk.best is not None and bk.best != best
-            bk.interval = cfg.probe_interval if changed else min(bk.interval * 2, cfg.max_probe_interval)
+            if changed:
+                bk.interval = cfg.probe_interval
+            elif close:  # keep probing it often: each probe costs at most close_contest of two steps
+                bk.interval = min(bk.interval * 2, cfg.close_probe_interval, max(cfg.max_probe_interval, 1))
+            else:
+                bk.interval = min(bk.interval * 2, cfg.max_probe_interval)
             bk.next_probe = self.step + bk.interval
             self._set_best(bk, bucket, best, rates)
             return self._explore(bk, bucket, probe, cfg.probe_steps)
@@ -484,9 +502,15 @@ class AdaptivePolicy:
             r.s[j] += ok
             r.n[j] += 1.0
 
-    def _decay_pooled(self, d: float) -> None:
-        self.acc_s = [s * d for s in self.acc_s]
-        self.acc_n = [n * d for n in self.acc_n]
+    def _decay_pooled(self, d: float, positions: int | None = None) -> None:
+        """Decay the pooled counts of the first ``positions`` positions (all by default).
+
+        While ``k`` tokens are drafted, positions beyond ``k`` get no observations; decaying them
+        anyway would leave their estimate to the last probe's one or two observations."""
+        n = self.k_max if positions is None else min(positions, self.k_max)
+        for j in range(n):
+            self.acc_s[j] *= d
+            self.acc_n[j] *= d
 
     def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:
         """The step finished (end of ``update_from_output``); time it if it was steady."""

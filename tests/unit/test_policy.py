@@ -296,3 +296,48 @@ def test_costs_compare_like_with_like():
     costs = pol.costs(4)
     assert costs[2] == pytest.approx(0.030) and costs[0] == pytest.approx(0.021)
     assert costs[1] == pytest.approx(0.0255)
+
+
+def test_a_position_not_drafted_keeps_what_it_last_saw():
+    """While k=1 is drafted, position 2 gets no observations; one probe at k=2 must not erase
+    what 200 earlier observations said about it (a decay of unobserved counts would leave its
+    estimate to that single observation, and could hold the choice at the wrong k)."""
+    pol = AdaptivePolicy(2)
+    pol.k = 2
+    for i in range(200):  # position 1 accepted 60 %, position 2 (given 1) 50 %
+        pol.observe_request("r", 2, 2 if i % 10 < 3 else (1 if i % 10 < 6 else 0))
+    a2 = pol.alphas()[1]
+    assert a2 == pytest.approx(0.5, abs=0.1)
+    pol.k = 1
+    for i in range(300):  # k=1 for 300 steps
+        pol.decide(1)
+        pol.k = 1
+        pol.observe_request("r", 1, i % 2)
+    pol.k = 2
+    pol.decide(1)
+    pol.observe_request("r", 2, 1)  # the probe: position 1 accepted, position 2 rejected
+    assert pol.alphas()[1] == pytest.approx(a2, abs=0.05)
+
+
+def test_a_close_runner_up_is_probed_often_a_clear_loser_rarely():
+    from vllm_spec_plugins.policy import _Bucket, _Cell
+
+    def probes(t1: float) -> tuple[int, int]:
+        pol = AdaptivePolicy(2)
+        pol.acc_s, pol.acc_n = [500.0, 250.0], [1000.0, 1000.0]  # 0.5, 0.25: E(1) = 1.5, E(2) = 1.625
+        bk = pol.buckets[1] = _Bucket(interval=16, next_probe=16)
+        for k, t in ((0, 0.050), (1, t1), (2, 0.060)):  # k=2: 1.354x plain decoding
+            bk.cells[k] = _Cell()
+            for _ in range(16):
+                bk.cells[k].add(t)
+        ks = []
+        for _ in range(3000):
+            pol.begin_step()
+            ks.append(pol.decide(1))
+        assert bk.best == 2
+        return ks.count(1), ks.count(0)
+
+    close_1, close_0 = probes(0.0565)  # k=1: 1.327x, within 5 % of k=2
+    far_1, far_0 = probes(0.0700)  # k=1: 1.071x
+    assert close_1 >= 2 * 3000 // 64 - 4 and close_0 == 0
+    assert far_1 + far_0 <= 2 * 10
