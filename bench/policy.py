@@ -9,7 +9,9 @@ phases interleaved round robin with the no-speculation row of the same group):
 * the same with vLLM's static ``num_speculative_tokens_per_batch_size`` schedule, tuned by hand
   the way an operator would from the fixed-K rows of ``make bench``: speculation paid at
   concurrency 1 and lost at 8, so K for batches of 1-2 requests and 0 from 3 up;
-* the same with our adaptive policy (the default: no flag, no tuning).
+* the same with our adaptive policy (the default: no flag, no tuning);
+* the same pinned to ``k = 0`` (``VLLM_SPEC_PLUGINS_POLICY=0``): the drafter loaded but never
+  drafting, the floor under every step the policy spends at ``k = 0``.
 
 Every row runs at concurrency 1, 4, 8 and 16. The CPU runtime is set up as vLLM prescribes
 (Intel OpenMP, and tcmalloc when installed, in ``LD_PRELOAD``: ``vllm_spec_plugins.cpu_env``).
@@ -56,6 +58,8 @@ def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
             "spec": {**spec, "num_speculative_tokens_per_batch_size": [[1, 2, k], [3, 256, 0]]}, "env": {}}
         rows[f"our {kind}, adaptive policy"] = {
             "spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{kind.lower()}.json")}}
+        # The floor under the policy: the drafter loaded, drafting never (what every k=0 step costs).
+        rows[f"our {kind}, pinned k=0"] = {"spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
     return rows
 
 
@@ -92,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts)
     # At most four engines alive at once (about 3.5 GB each with SmolLM2 in float32 on the CPU build).
-    groups = [["no speculation", "vLLM n-gram"] + [n for n in rows if "EAGLE" in n and "static" not in n],
+    groups = [["no speculation", "vLLM n-gram"] + [n for n in rows if "EAGLE" in n and ("fixed" in n or "adaptive" in n)],
               ["no speculation"] + [n for n in rows if "Medusa" in n and "static" not in n],
-              ["no speculation"] + [n for n in rows if "static" in n]]
+              ["no speculation"] + [n for n in rows if "static" in n or n == "our EAGLE, pinned k=0"]]
     if args.only:
         groups = [g for g in groups if any(args.only in n for n in g)]
     groups = [[n for n in g if not any(w in n for w in args.skip)] for g in groups]

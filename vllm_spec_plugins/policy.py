@@ -251,8 +251,8 @@ class AdaptivePolicy:
 
         Measured cells, linear interpolation between them; where the bucket has not measured
         both ends (``0`` and ``K``), the cost *ratios* of the nearest bucket that has, anchored
-        on a cell measured here (so a batch size seen for the first time needs no exploration
-        of its own before a sensible choice: its probes refine it).
+        on a cell measured here (so a batch size seen for the first time can choose at once; where
+        that choice is to draft, ``_decide`` first measures its plain step; its probes refine it).
         """
         own = self._own_costs(bucket)
         if 0 in own and self.k_max in own:
@@ -355,6 +355,13 @@ class AdaptivePolicy:
             rates = self.rates(bucket)
         margin = 1 + cfg.draft_margin
         best = max(rates, key=lambda k: (rates[k] / (margin if k else 1.0), -k))
+        own0 = bk.cells.get(0)
+        if best > 0 and (own0 is None or own0.n < cfg.min_samples):
+            # Drafting chosen on cost ratios borrowed from another batch size: first measure the plain
+            # step here (a few steps, never slower than not speculating). Verification grows dearer with
+            # the batch on a compute-bound machine, so ratios from a smaller batch flatter drafting; with
+            # its own t(0), and t(k) measured while it drafts, the bucket stops borrowing within steps.
+            return self._explore(bk, bucket, 0, cfg.min_samples + 1)
         cur = bk.best if bk.best is not None else self.k
         if cur in rates and best != cur and rates[best] < rates[cur] * (1 + cfg.hysteresis):
             best = cur

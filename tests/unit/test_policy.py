@@ -341,3 +341,20 @@ def test_a_close_runner_up_is_probed_often_a_clear_loser_rarely():
     far_1, far_0 = probes(0.0700)  # k=1: 1.071x
     assert close_1 >= 2 * 3000 // 64 - 4 and close_0 == 0
     assert far_1 + far_0 <= 2 * 10
+
+
+def test_a_larger_batch_does_not_keep_drafting_on_ratios_borrowed_from_a_small_one():
+    """Drafting pays at batch size 1 and costs at 8 (verification grows with the batch, as on a
+    CPU): the new bucket measures its own plain step at once instead of drafting on b=1's ratios."""
+    def cost(b, kv, kd):
+        return 0.05 * (1 + 0.05 * b * kv) + 0.004 * kd
+
+    clock = Clock()
+    pol = AdaptivePolicy(2, clock=clock)
+    simulate(pol, clock, steps=300, b=1, cost=cost, alpha=lambda s: 0.6)
+    assert pol.buckets[1].best == 2
+    out = simulate(pol, clock, steps=60, b=8, cost=cost, alpha=lambda s: 0.6, start=300)
+    assert pol.buckets[8].best == 0, pol.summary()["buckets"]["8"]
+    assert out["ks"][20:].count(0) >= 38, out["ks"]
+    plain = fixed(0, steps=60, b=8, cost=cost, alpha=lambda s: 0.6)["rate"]
+    assert out["rate"] >= 0.9 * plain
