@@ -63,7 +63,7 @@ def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.policy", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one repetition, 64 tokens, concurrency 1 and 8")
@@ -78,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], help="leave out rows whose name contains one of these words")
     ap.add_argument("--no-iomp", action="store_true", help="do not preload Intel OpenMP")
     ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args(argv)
+    ap.add_argument("--parallel-start", action="store_true",
+                    help="start a group's engines at once (faster; start-up seconds are then not comparable)")
+    ap.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up request (default: --max-tokens)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.quick:
         args.repeats, args.max_tokens, args.concurrency = 1, 64, [1, 8]
     from bench.smollm2 import ensure_smollm2

@@ -53,3 +53,19 @@ def test_write_saves_json_and_markdown(tmp_path):
     assert md == "a=1\n"
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == {"a": 1}
     assert (tmp_path / "out" / "results.md").read_text() == "a=1\n"
+
+
+def test_every_bench_command_parses_what_run_group_reads():
+    """bench.policy shares bench.run's run_group: each command's arguments must carry every
+    attribute run_group reads (a missing one broke make bench-policy once)."""
+    import inspect
+    import re
+
+    import bench.policy
+    import bench.run
+
+    used = set(re.findall(r"args\.(\w+)", inspect.getsource(bench.run.run_group)))
+    assert used
+    for args in (bench.policy.parser().parse_args([]), bench.policy.parser().parse_args(["--quick"])):
+        missing = [a for a in sorted(used) if not hasattr(args, a)]
+        assert not missing, f"bench.policy lacks {missing}"
