@@ -27,8 +27,11 @@ PHASED = [[1, 11, 12, 13], [1, 21, 22, 23, 24], [1, 31, 32], [1, 41, 42, 43, 44,
 GOOD = [[1, 51, 52], [1, 61, 62, 63], [1, 71, 72, 73, 74], [1, 81]]
 BAD = [[1, 91, 92], [1, 101, 102, 103], [1, 111, 112, 113, 114], [1, 121]]
 ALL = PHASED + GOOD + BAD
-#: the policy probes often and logs every change, so a short test sees it act
-POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL": "0"}
+#: the policy probes often and logs every change, so a short test sees it act; vLLM's own process
+#: layout (the scheduler in the engine-core process, the drafter in a worker), as served: the
+#: drafting cost below (burn) was calibrated against its step times
+POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL": "0",
+              "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 
 def phased(g: int) -> bool:
