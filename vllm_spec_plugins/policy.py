@@ -287,10 +287,12 @@ class AdaptivePolicy:
         if not trusted:
             return {}
         # Compare like with like: every cell's lower quartile over as many (of its latest) samples
-        # as the least-sampled cell has. The chosen k gathers samples every step while the others
-        # only get a probe's worth; a quantile of 16 samples against one of 4 is a different
-        # statistic, and the old samples of the chosen k date from other load on the machine.
-        m = min(len(c.samples) for c in trusted.values())
+        # as the least-sampled cell has, but at least 8 (or all a cell has). The chosen k gathers
+        # samples every step while the others only get a probe's worth; a quantile of 16 samples
+        # against one of 4 is a different statistic, and the old samples of the chosen k date from
+        # other load on the machine. Below 8, the minimum of 3 samples against the minimum of 3
+        # others made choices swing with every slow step (measured in make bench-policy).
+        m = max(min(len(c.samples) for c in trusted.values()), 8)
         known = {k: c.lower_quartile(m) for k, c in trusted.items()}
         ks = sorted(known)
         out = {}

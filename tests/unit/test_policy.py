@@ -280,15 +280,15 @@ def test_a_gain_within_the_noise_margin_is_not_taken():
 
 
 def test_costs_compare_like_with_like():
-    """The chosen k has 16 samples, the oldest from a quieter time; plain decoding was probed
-    4 times, all under the current load. Its lower quartile over 4 samples is compared with
-    the same statistic of the chosen k's 4 latest samples, not with its 16-sample quartile."""
+    """The chosen k has 16 samples, the oldest half from a quieter time; plain decoding was probed
+    4 times, all under the current load. The chosen k's cost is the lower quartile of its latest
+    8 samples (at least 8, as many as the least-sampled cell otherwise), not of all 16."""
     from vllm_spec_plugins.policy import _Bucket, _Cell
 
     pol = AdaptivePolicy(2)
     bk = pol.buckets[4] = _Bucket(interval=16)
     bk.cells[2] = _Cell()
-    for t in [0.012] * 12 + [0.030] * 4:  # load rose: k=2 steps now take 30 ms
+    for t in [0.012] * 8 + [0.030] * 8:  # load rose: k=2 steps now take 30 ms
         bk.cells[2].add(t)
     bk.cells[0] = _Cell()
     for t in [0.021] * 4:  # plain steps probed under the same load
