@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if p.exists():
             stats[kind] = json.loads(p.read_text())
     report = {
-        "command": "python -m bench.policy" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m bench.policy", *(sys.argv[1:] if argv is None else argv)]),
         "vllm": vllm_minor(),
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
                      "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "cpu_runtime": runtime,
