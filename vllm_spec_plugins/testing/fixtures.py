@@ -32,6 +32,21 @@ def _tokenizer(path: Path) -> None:
     fast.save_pretrained(path)
 
 
+def _write_checkpoint(path: Path, cfg: dict, sd: dict, weights_file: str) -> Path:
+    """``config.json`` and the weights (``.safetensors`` by name, else ``torch.save``) into ``path``."""
+    import torch
+
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {k: v.contiguous() for k, v in sd.items()}
+    if weights_file.endswith(".safetensors"):
+        from safetensors.torch import save_file
+
+        save_file(sd, str(path / weights_file))
+    else:
+        torch.save(sd, str(path / weights_file))
+    return path
+
+
 def make_tiny_target(path: str | os.PathLike, seed: int = 0) -> Path:
     """A random tiny Llama target with a byte tokenizer (about 1 MB). Idempotent."""
     path = Path(path)
@@ -124,15 +139,8 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
         # as FasterDecoding ships it: no model_type, no hidden_size / vocab_size (the target's apply)
         cfg = {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers,
                "base_model_name_or_path": str(target)}
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    sd = {k: v.contiguous() for k, v in sd.items()}
-    if fmt == "safetensors":
-        from safetensors.torch import save_file
-
-        save_file(sd, str(path / "medusa_lm_head.safetensors"))
-    else:
-        torch.save(sd, str(path / ("medusa_lm_head.pt" if fmt == "pt" else "pytorch_model.bin")))
-    return path
+    files = {"safetensors": "medusa_lm_head.safetensors", "pt": "medusa_lm_head.pt"}
+    return _write_checkpoint(path, cfg, sd, files.get(fmt, "pytorch_model.bin"))
 
 
 def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_layers: int = 1,
@@ -179,15 +187,7 @@ def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_l
            "rms_norm_eps": 1e-06, "hidden_act": "silu", "rope_theta": 10000.0,
            "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32",
            "bos_token_id": 1, "eos_token_id": 2}
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    sd = {k: v.contiguous() for k, v in sd.items()}
-    if fmt == "safetensors":
-        from safetensors.torch import save_file
-
-        save_file(sd, str(path / "model.safetensors"))
-    else:
-        torch.save(sd, str(path / "pytorch_model.bin"))
-    return path
+    return _write_checkpoint(path, cfg, sd, "model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
 
 
 def target_frequent_tokens(target: str | os.PathLike, *, num_prompts: int = 64, prompt_len: int = 8,
@@ -286,11 +286,7 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
            "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2}
     if aux_layer_ids:
         cfg["eagle_aux_hidden_state_layer_ids"] = list(aux_layer_ids)
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    from safetensors.torch import save_file
-
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(path / "model.safetensors"))
-    return path
+    return _write_checkpoint(path, cfg, sd, "model.safetensors")
 
 
 def make_tiny_mlp_speculator(path: str | os.PathLike, target: str | os.PathLike, *, n_predict: int = 3,
@@ -356,12 +352,4 @@ def make_tiny_mlp_speculator(path: str | os.PathLike, target: str | os.PathLike,
            "inner_dim": inner_dim, "vocab_size": VOCAB, "n_predict": n_predict,
            "top_k_tokens_per_head": [4, 3, 2, 2, 2, 2, 2, 2][:n_predict], "n_candidates": 5,
            "tie_weights": tie_weights, "scale_input": scale_input, "torch_dtype": "float32"}
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    sd = {k: v.contiguous() for k, v in sd.items()}
-    if fmt == "safetensors":
-        from safetensors.torch import save_file
-
-        save_file(sd, str(path / "model.safetensors"))
-    else:
-        torch.save(sd, str(path / "pytorch_model.bin"))
-    return path
+    return _write_checkpoint(path, cfg, sd, "model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
