@@ -62,6 +62,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         # "eagle3" in the folder name: vLLM's path heuristic picks method "eagle3" without being told.
         # Draft vocabulary: the target's 200 most frequently produced tokens (d2t/t2d).
         "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=200),
+        # The same draft vocabulary with the target's lm_head rows: stored, and not stored (d2t only).
+        "eagle3_rows": make_tiny_eagle3(d / "tiny-eagle3-rows", target, draft_vocab=200, lm_head="target_rows"),
+        "eagle3_no_head": make_tiny_eagle3(d / "tiny-eagle3-no-head", target, draft_vocab=200, lm_head="none"),
         # IBM fms-extras layout: untied; tied, stored once, scale_input, 'speculator.' prefix; tied at every index (.bin)
         "mlp": make_tiny_mlp_speculator(d / "mlp", target, n_predict=3),
         "mlp_tied": make_tiny_mlp_speculator(d / "mlp_tied", target, n_predict=4, tie_weights=True, scale_input=True,

@@ -19,7 +19,7 @@ import glob
 import pytest
 import torch
 
-from tests.conftest import POLICY_OFF, PROMPTS
+from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS
 from vllm_spec_plugins.testing.engine import run_engine
 
 # As in test_eagle_engine.py: different lengths, joins mid-stream, 3 KV blocks for up to 4 long requests.
@@ -93,3 +93,63 @@ def test_parity_with_vllm_builtin_eagle3(ours, tiny):
     assert builtin.metrics["drafts"] == r.metrics["drafts"]
     assert builtin.metrics["draft_tokens"] == r.metrics["draft_tokens"]
     assert builtin.accepted_per_pos == r.accepted_per_pos
+
+
+def _drafts(trace) -> dict[str, torch.Tensor]:
+    """Each request's draft rows in step order (a request's drafts follow from its own tokens only, so
+    they compare across runs whose steps batch requests differently)."""
+    files = sorted(glob.glob(str(trace / "*.pt")), key=lambda f: torch.load(f, weights_only=True)["step"])
+    assert files, "no drafting step was traced"
+    rows: dict[str, list[torch.Tensor]] = {}
+    for f in files:
+        rec = torch.load(f, weights_only=True)
+        for i, req in enumerate(rec["req_ids"]):
+            rows.setdefault(req.split("-")[0], []).append(rec["drafts"][i])  # vLLM appends a random suffix
+    return {req: torch.stack(r) for req, r in rows.items()}
+
+
+def _agreement(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[int, int]:
+    assert sorted(a) == sorted(b)
+    equal = total = 0
+    for req in a:
+        n = min(len(a[req]), len(b[req]))
+        equal += int((a[req][:n] == b[req][:n]).sum())
+        total += a[req][:n].numel()
+    return equal, total
+
+
+@pytest.fixture(scope="module")
+def target_rows_runs(tiny, tmp_path_factory):
+    """The same draft with the target's lm_head rows stored, and not stored (d2t only), at TP=1 and TP=2."""
+    runs = {}
+    for key, tp in (("eagle3_rows", 1), ("eagle3_no_head", 1), ("eagle3_rows", 2), ("eagle3_no_head", 2)):
+        trace = tmp_path_factory.mktemp(f"{key}-tp{tp}")
+        r = run_engine(tiny["target"], speculative_config={"model": str(tiny[key]), "num_speculative_tokens": 3},
+                       prompts=PROMPTS, max_tokens=MAX_TOKENS, tensor_parallel_size=tp,
+                       env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
+        runs[key, tp] = (r, _drafts(trace))
+    return runs
+
+
+def test_draft_vocab_without_lm_head_takes_the_target_rows(target_rows_runs, tiny, baseline):
+    """d2t without lm_head.weight: the plugin uses the target lm_head's rows of the draft vocabulary,
+    so its drafts equal those of the checkpoint that stores exactly those rows. (vLLM's built-in EAGLE-3
+    would slice the target head to its first rows; with these d2t offsets that gives other drafts.)"""
+    stored, no_head = target_rows_runs["eagle3_rows", 1], target_rows_runs["eagle3_no_head", 1]
+    for r, _ in (stored, no_head):
+        assert r.outputs == baseline.outputs
+        assert INFO.format(tiny["eagle3_no_head"]) in no_head[0].log
+    assert no_head[0].metrics["accepted"] > 0
+    equal, total = _agreement(stored[1], no_head[1])
+    assert total >= 100 and equal >= 0.98 * total, (equal, total)
+
+
+def test_draft_vocab_without_lm_head_tensor_parallel_2(target_rows_runs, tiny, baseline):
+    """Under TP=2 the target's lm_head is split by vocabulary: each rank holds half the rows, so the
+    rows must be gathered across ranks (an all-reduce) to give the drafts of the stored rows."""
+    stored, no_head = target_rows_runs["eagle3_rows", 2], target_rows_runs["eagle3_no_head", 2]
+    for r, _ in (stored, no_head):
+        assert r.outputs == baseline.outputs
+        assert "served by plugin 'eagle'" in r.log
+    equal, total = _agreement(stored[1], no_head[1])
+    assert total >= 100 and equal >= 0.98 * total, (equal, total)

@@ -214,7 +214,7 @@ def target_frequent_tokens(target: str | os.PathLike, *, num_prompts: int = 64, 
 def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draft_vocab: int | None = 200,
                      aux_layer_ids: list[int] | None = (0, 1, 2), num_layers: int = 1, layout: str = "midlayer",
                      fc_scale: float = 0.08, noise: float = 0.02, seed: int = 4, own_embed: bool = True,
-                     keep: list[int] | None = None) -> Path:
+                     keep: list[int] | None = None, lm_head: str = "own") -> Path:
     """An EAGLE-3 checkpoint (SafeAILab layout) for the tiny target; keep "eagle3" in the folder name.
 
     Built to be accepted sometimes: the draft's embeddings are unit rows of the target's
@@ -232,6 +232,9 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
             layers then apply, which the 2-layer tiny target does not have).
         layout: ``"midlayer"`` (SafeAILab: ``midlayer.*``) or ``"layers"`` (``layers.0.*``).
         keep: the target ids of the draft vocabulary (overrides the frequency choice).
+        lm_head: ``"own"`` (the embedding rows above), ``"target_rows"`` (a stored copy of the target
+            lm_head's rows of the draft vocabulary) or ``"none"`` (not stored: the EAGLE plugin then takes
+            those rows from the target; same drafts as ``"target_rows"``).
     """
     import torch
 
@@ -270,7 +273,12 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
         sd[p + "mlp.up_proj.weight"] = rnd(inter, H)
         sd[p + "mlp.down_proj.weight"] = rnd(H, inter)
     sd["norm.weight"] = torch.ones(H)
-    sd["lm_head.weight"] = embed[sel].clone()
+    if lm_head == "own":
+        sd["lm_head.weight"] = embed[sel].clone()
+    elif lm_head == "target_rows":
+        sd["lm_head.weight"] = lm[sel].clone()
+    elif lm_head != "none":
+        raise ValueError(f"lm_head: 'own', 'target_rows' or 'none', not {lm_head!r}")
     if dv < VOCAB:
         sd["d2t"] = (sel - torch.arange(dv)).to(torch.int64)  # target id = draft id + d2t[draft id]
         t2d = torch.zeros(VOCAB, dtype=torch.bool)

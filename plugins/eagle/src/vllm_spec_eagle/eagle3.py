@@ -15,7 +15,10 @@ Per draft layer ``i`` (layer 0 shown; later layers are plain Llama layers)::
 
 Logits come from the draft's own ``lm_head`` over a truncated draft vocabulary; draft id
 ``d`` is target id ``d + d2t[d]`` and every target id outside the draft vocabulary gets
-``-inf``.
+``-inf``. A checkpoint with ``d2t`` but no ``lm_head.weight`` uses the target's lm_head rows
+of the draft vocabulary (gathered once, on the first logits; vLLM's built-in EAGLE-3 would
+slice the target's head to its first ``draft_vocab_size`` rows instead): a draft trained
+with the target's head frozen need not store it.
 """
 
 from __future__ import annotations
@@ -186,6 +189,8 @@ class Eagle3DraftModel(nn.Module):
                                                       requires_grad=False)
         else:
             self.draft_id_to_target_id = None
+        self.rows_from_target = False  # set by load_weights: d2t without lm_head.weight
+        self._target_rows: torch.Tensor | None = None
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
@@ -206,8 +211,39 @@ class Eagle3DraftModel(nn.Module):
                 inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model(input_ids, positions, hidden_states, inputs_embeds)
 
+    def target_rows(self) -> torch.Tensor:
+        """The target lm_head's rows of the draft vocabulary ``[draft_vocab, H]``, replicated on every rank.
+
+        vLLM shares the target's (vocab-parallel) lm_head with a draft that has none; each rank
+        gathers the rows of its vocabulary shard and an all-reduce sums them (once, on the first call).
+        """
+        if self._target_rows is None:
+            head = self.lm_head
+            weight = getattr(head, "weight", None)
+            shard = getattr(head, "shard_indices", None)
+            if not isinstance(weight, torch.Tensor) or shard is None:
+                raise ValueError(f"vllm-spec-eagle: draft '{self.checkpoint}' has d2t but no lm_head.weight, so its "
+                                 f"logits use the target's lm_head rows, and the target's lm_head "
+                                 f"({type(head).__name__}) has no plain weight to take them from (quantized?). "
+                                 f"Store lm_head.weight [draft_vocab_size, hidden_size] in the checkpoint.")
+            targets = torch.arange(self.config.draft_vocab_size, device=weight.device) + self.draft_id_to_target_id
+            start, end = shard.org_vocab_start_index, shard.org_vocab_end_index
+            local = (targets >= start) & (targets < end)
+            rows = weight[(targets - start).clamp(0, weight.shape[0] - 1)] * local[:, None].to(weight.dtype)
+            from vllm.distributed import get_tensor_model_parallel_world_size, tensor_model_parallel_all_reduce
+
+            if get_tensor_model_parallel_world_size() > 1:
+                rows = tensor_model_parallel_all_reduce(rows)
+            self._target_rows = rows.contiguous()
+        return self._target_rows
+
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        logits = self.logits_processor(self.lm_head, hidden_states)
+        if self.rows_from_target:
+            logits = hidden_states @ self.target_rows().T
+            if self.logits_processor.scale != 1.0:
+                logits = logits * self.logits_processor.scale
+        else:
+            logits = self.logits_processor(self.lm_head, hidden_states)
         if logits is None or self.draft_id_to_target_id is None:
             return logits
         targets = torch.arange(self.config.draft_vocab_size, device=logits.device) + self.draft_id_to_target_id
@@ -253,6 +289,8 @@ class Eagle3DraftModel(nn.Module):
         if not self.has_own_lm_head:
             optional.add("lm_head.weight")
         loaded |= optional & set(params)
+        # A draft vocabulary without its own head: the target's rows (no d2t: its first rows, as vLLM slices).
+        self.rows_from_target = not self.has_own_lm_head and self.draft_id_to_target_id is not None
         missing = sorted(set(params) - loaded)
         if missing:
             raise ValueError(f"vllm-spec-eagle: EAGLE-3 checkpoint '{self.checkpoint}' lacks {missing}")
