@@ -13,9 +13,14 @@ Output in ``.cache/bench/data/``:
   where sequence ``s`` occupies rows ``offsets[s]:offsets[s+1]``, its first ``prompt_lens[s]`` tokens the
   chat-templated prompt.
 
+With ``--aux-layers 2,15,27`` it also writes ``aux_f16.npy`` float16 ``[num_positions, len(layers) * hidden_size]``:
+the residual stream entering each listed decoder layer (``output_hidden_states[i]``, before any norm), which is
+what vLLM's Llama hands an EAGLE-3 draft (``aux_hidden_states`` taken before layer ``i``; vLLM's default layers for a
+30-layer target are 2, 15 and 27).
+
 It also checks the greedy reproduction: ``argmax(lm_head(h_t)) == token_{t+1}`` on answer positions.
 
-    python -m bench.hidden [--budget-min 7] [--batch-tokens 4096]
+    python -m bench.hidden [--budget-min 7] [--batch-tokens 4096] [--aux-layers 2,15,27]
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ def main() -> None:
     ap.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per forward pass")
     ap.add_argument("--group", type=int, default=64, help="sequences per length-sorted group")
     ap.add_argument("--check-seqs", type=int, default=64, help="sequences used for the greedy-reproduction check")
+    ap.add_argument("--aux-layers", default="", help="comma-separated decoder layer indices (EAGLE-3 inputs)")
     args = ap.parse_args()
+    aux_layers = [int(x) for x in args.aux_layers.split(",") if x.strip()]
     budget = Budget(args.budget_min)
     seed_everything(0)
 
@@ -67,6 +74,9 @@ def main() -> None:
     out_path = args.out_dir / "hidden_f16.npy"
     tmp_path = args.out_dir / "hidden_f16.tmp.npy"
     hidden = np.lib.format.open_memmap(tmp_path, mode="w+", dtype=np.float16, shape=(total, hsize))
+    aux_path, aux_tmp = args.out_dir / "aux_f16.npy", args.out_dir / "aux_f16.tmp.npy"
+    aux = np.lib.format.open_memmap(aux_tmp, mode="w+", dtype=np.float16, shape=(total, len(aux_layers) * hsize)) \
+        if aux_layers else None
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum([len(s) for s in seqs], out=offsets[1:])
 
@@ -93,10 +103,14 @@ def main() -> None:
                 ids = torch.full((len(b), L), 2, dtype=torch.long)  # right padding: never attended by real tokens
                 for row, i in enumerate(b):
                     ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
-                h = model.model(input_ids=ids).last_hidden_state  # [B, L, H] float32, after the final norm
+                out = model.model(input_ids=ids, output_hidden_states=bool(aux_layers))
+                h = out.last_hidden_state  # [B, L, H] float32, after the final norm
+                a = torch.cat([out.hidden_states[i] for i in aux_layers], -1) if aux_layers else None
                 for row, i in enumerate(b):
                     n = len(seqs[i])
                     hidden[offsets[i]: offsets[i] + n] = h[row, :n].numpy().astype(np.float16)
+                    if aux is not None:
+                        aux[offsets[i]: offsets[i] + n] = a[row, :n].numpy().astype(np.float16)
                     if i < args.check_seqs:  # greedy reproduction on answer positions (float32 hidden)
                         p = len(recs[i]["prompt_ids"])
                         pred = model.lm_head(h[row, p - 1: n - 1]).argmax(-1)
@@ -118,6 +132,18 @@ def main() -> None:
         tmp_path.unlink()
     else:
         tmp_path.replace(out_path)
+    if aux is not None:
+        aux.flush()
+        del aux
+        if n_pos < total:
+            full = np.load(aux_tmp, mmap_mode="r")
+            part = np.lib.format.open_memmap(aux_path, mode="w+", dtype=np.float16, shape=(n_pos, full.shape[1]))
+            part[:] = full[:n_pos]
+            part.flush()
+            del full, part
+            aux_tmp.unlink()
+        else:
+            aux_tmp.replace(aux_path)
     tokens = np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs[:done_seqs]]) if done_seqs else \
         np.zeros(0, dtype=np.int32)
     index = {
@@ -127,12 +153,13 @@ def main() -> None:
         "finished": torch.tensor([bool(r["finished"]) for r in recs[:done_seqs]]),
         "tokens": torch.from_numpy(tokens),
         "hidden_size": hsize,
+        "aux_layers": aux_layers,
     }
     torch.save(index, args.out_dir / "hidden_index.pt")
     wall = time.monotonic() - t0
     meta = {"command": command_line(), "sequences": done_seqs, "sequences_available": len(seqs),
             "positions": n_pos, "stopped_by_budget": stopped, "tok_per_s": round(n_pos / max(wall, 1e-6), 1),
-            "greedy_reproduction": round(match / max(n_check, 1), 5), "greedy_checked_positions": n_check,
+            "aux_layers": aux_layers, "greedy_reproduction": round(match / max(n_check, 1), 5), "greedy_checked_positions": n_check,
             "file_mb": round(n_pos * hsize * 2 / 2**20, 1), "wall_s": round(budget.elapsed(), 1)}
     write_json(args.out_dir / "hidden_meta.json", meta)
     print(json.dumps(meta, indent=2))

@@ -12,6 +12,8 @@ Output: ``.cache/bench/data/train.jsonl``, one line per prompt in prompt order:
 
     python -m bench.make_data [--budget-min 10] [--max-tokens 256] [--num-prompts 1200]
     python -m bench.make_data --split heldout --budget-min 2     # -> .cache/bench/heldout/heldout.jsonl
+    python -m bench.make_data --prompts-jsonl .cache/bench/si/instructions.train.jsonl --generator-prompts 600 \
+        --out .cache/bench/data3/train.jsonl        # self-instruct messages (bench.self_instruct) + the generator's
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 from pathlib import Path
 
-from bench.common import CACHE, DATA, Budget, command_line, write_json
+from bench.common import CACHE, DATA, Budget, command_line, read_jsonl, write_json
 
 
 def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
@@ -42,6 +45,11 @@ def main() -> None:
                     help="heldout: answers to bench.prompts.heldout_prompts() (offline evaluation of the drafts)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default .cache/bench/data/train.jsonl, or .cache/bench/heldout/heldout.jsonl")
+    ap.add_argument("--prompts-jsonl", type=Path, default=None,
+                    help="user messages from this file ({'prompt', 'family'} per line, e.g. bench.self_instruct) "
+                         "instead of the generator's")
+    ap.add_argument("--generator-prompts", type=int, default=0,
+                    help="with --prompts-jsonl: mix in this many of the generator's prompts of the split")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     budget = Budget(args.budget_min)
@@ -59,7 +67,17 @@ def main() -> None:
 
     model = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(model)
-    if args.split == "train":
+    if args.prompts_jsonl is not None:
+        recs = read_jsonl(args.prompts_jsonl)
+        prompts, families = [r["prompt"] for r in recs], [r.get("family", "file") for r in recs]
+        if args.generator_prompts:
+            gen = (train_prompts, train_families) if args.split == "train" else (heldout_prompts, heldout_families)
+            prompts += gen[0](args.generator_prompts)
+            families += gen[1](args.generator_prompts)
+        order = list(range(len(prompts)))
+        random.Random(args.seed).shuffle(order)  # any prefix mixes both sources (the budget may stop early)
+        prompts, families = [prompts[i] for i in order], [families[i] for i in order]
+    elif args.split == "train":
         prompts, families = train_prompts(args.num_prompts), train_families(args.num_prompts)
     else:
         prompts, families = heldout_prompts(), heldout_families()
