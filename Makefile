@@ -52,6 +52,8 @@ compat: setup
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.run --prompt-set chat --rows "our Medusa" "our EAGLE" "our EAGLE-3" --prompts-c1 8 --max-tokens 96 \
+	  --out bench/out/chat $(BENCH_ARGS)
 	$(PY) -m bench.policy
 	$(PY) -m bench.overhead
 
@@ -80,14 +82,35 @@ list: setup
 clean:
 	rm -rf .venv .cache .demo build dist *.egg-info
 
-# Train the Medusa-1 and EAGLE-1 drafts for SmolLM2-135M-Instruct by self-distillation on this CPU
-# (about 50 min on 2 cores; bench/README.md "Training drafts"). Writes bench/drafts/smollm2-{medusa,eagle}/;
-# intermediates go to .cache/bench/. Budgets in minutes; each stage stops early and cleanly when its budget ends.
+# Train the EAGLE-3 draft for SmolLM2-135M-Instruct (bench/drafts/smollm2-eagle3) on this CPU: SmolLM2 writes varied
+# user messages (self-instruct), answers them greedily together with 600 generator prompts, then the draft trains with
+# training-time test and a truncated draft vocabulary (about 80 min on 2 cores; bench/README.md "The EAGLE-3
+# draft"). Intermediates go to .cache/bench/{si,data3,heldout3}. Budgets in minutes; each stage stops early and cleanly
+# when its budget ends. `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about 50 min).
+DRAFTS_SI_MIN ?= 9
+DRAFTS_ANSWERS_MIN ?= 24
+DRAFTS_HIDDEN_MIN ?= 16
+DRAFTS_EAGLE3_MIN ?= 25
+.PHONY: drafts drafts-first
+drafts: setup
+	$(PY) -m bench.smollm2
+	$(PY) -m bench.self_instruct --train 2000 --heldout 100 --budget-min $(DRAFTS_SI_MIN)
+	$(PY) -m bench.make_data --prompts-jsonl .cache/bench/si/instructions.train.jsonl --generator-prompts 600 \
+	  --max-tokens 224 --max-num-seqs 128 --budget-min $(DRAFTS_ANSWERS_MIN) --out .cache/bench/data3/train.jsonl
+	$(PY) -m bench.make_data --split heldout --prompts-jsonl .cache/bench/si/instructions.heldout.jsonl \
+	  --max-tokens 224 --max-num-seqs 128 --budget-min 3 --out .cache/bench/heldout3/heldout.jsonl
+	$(PY) -m bench.hidden --data .cache/bench/heldout3/heldout.jsonl --out-dir .cache/bench/heldout3 \
+	  --aux-layers 2,15,27 --budget-min 2
+	$(PY) -m bench.hidden --data .cache/bench/data3/train.jsonl --out-dir .cache/bench/data3 \
+	  --aux-layers 2,15,27 --budget-min $(DRAFTS_HIDDEN_MIN)
+	$(PY) -m bench.train_eagle3 --budget-min $(DRAFTS_EAGLE3_MIN)
+	du -sh bench/drafts/*
+
+# The first drafts: Medusa-1 and EAGLE-1 on the generator's prompts (bench/README.md "Training drafts").
 DRAFTS_DATA_MIN ?= 10
 DRAFTS_MEDUSA_MIN ?= 12
 DRAFTS_EAGLE_MIN ?= 15
-.PHONY: drafts
-drafts: setup
+drafts-first: setup
 	$(PY) -m bench.smollm2
 	$(PY) -m bench.make_data --budget-min $(DRAFTS_DATA_MIN)
 	$(PY) -m bench.make_data --split heldout --budget-min 3
@@ -95,4 +118,4 @@ drafts: setup
 	$(PY) -m bench.hidden --data .cache/bench/heldout/heldout.jsonl --out-dir .cache/bench/heldout --budget-min 2
 	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN)
 	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN)
-	du -sh bench/drafts
+	du -sh bench/drafts/*

@@ -22,23 +22,33 @@ def _runtime(s: dict) -> str:
                     "alive together and their timed phases interleaved. "}[mode]
 
 
+def _k(r: dict) -> str:
+    """Mean tokens drafted per drafting step, and the share of request-steps that drafted."""
+    k = r.get("draft_tokens_per_drafting_step")
+    return "–" if k is None else f"{k:.2f} in {100 * r.get('drafting_share', 0):.0f} % of steps"
+
+
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
         f"vLLM {report['vllm']} (CPU build), {report['machine']['cpus']} CPUs ({report['machine']['processor']}), "
         f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
-        f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}. "
+        f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}"
+        + (f", EAGLE-3 K={s['k_eagle3']}" if "k_eagle3" in s else "") + "; "
+        + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. "}.get(
+            s.get("prompt_set", "heldout"), "")
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",
-        "| row | concurrency | tokens/s | speedup vs no spec | mean acceptance length | acceptance per position | outputs = no spec |",
-        "|---|---|---|---|---|---|---|",
+        "| row | concurrency | tokens/s | speedup vs no spec | mean acceptance length | acceptance per position | "
+        "drafted k (policy) | outputs = no spec |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(report["rows"], key=lambda r: (r["concurrency"], r["group"])):
         acc = r["mean_acceptance_length"]
         lines.append(
             f"| {r['row']} | {r['concurrency']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
-            f"{'–' if acc is None else f'{acc:.2f}'} | {_pct(r['acceptance_per_position'])} | "
+            f"{'–' if acc is None else f'{acc:.2f}'} | {_pct(r['acceptance_per_position'])} | {_k(r)} | "
             f"{'yes' if r['outputs_equal_no_spec'] else 'NO'} |")
     if report.get("runtime"):
         lines = lines[:2] + ["| row | concurrency | tokens/s with LD_PRELOAD | tokens/s without | ratio (median) | "

@@ -121,20 +121,33 @@ def materialize_eagle_nobias(src: Path, dst: Path) -> Path:
     return dst
 
 
-def held_out_prompt_ids(target: Path, n: int) -> tuple[list[list[int]], list[str]]:
+CHAT_QUESTIONS = ROOT / "bench" / "data" / "mt_bench_question.jsonl"
+
+
+def chat_questions() -> list[str]:
+    """The first turns of MT-Bench's 80 questions (bench/data/README.md), one category after another: any
+    prefix of 8 holds one question of each of its 8 categories (writing, roleplay, reasoning, math, coding,
+    extraction, stem, humanities)."""
+    recs = [json.loads(line) for line in CHAT_QUESTIONS.read_text().splitlines() if line.strip()]
+    cats = sorted({r["category"] for r in recs}, key=[r["category"] for r in recs].index)
+    by_cat = {c: [r["turns"][0] for r in recs if r["category"] == c] for c in cats}
+    return [by_cat[c][i] for i in range(max(len(v) for v in by_cat.values())) for c in cats if i < len(by_cat[c])]
+
+
+def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tuple[list[list[int]], list[str]]:
     from transformers import AutoTokenizer
 
     from bench.prompts import heldout_prompts
 
     tok = AutoTokenizer.from_pretrained(str(target))
-    texts = heldout_prompts()[:n]
+    texts = (heldout_prompts() if prompt_set == "heldout" else chat_questions())[:n]
     ids = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
            for t in texts]
     ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
     return ids, texts
 
 
-def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool) -> dict[str, dict]:
+def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagle3: int = 3) -> dict[str, dict]:
     med, eag = DRAFTS / "smollm2-medusa", DRAFTS / "smollm2-eagle"
     med_b = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head", drop_bias=False)
     med_nb = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head-nobias", drop_bias=True)
@@ -153,6 +166,9 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool) -> dic
         "our EAGLE, fc.bias dropped": {"spec": {"model": str(eag_nb), "num_speculative_tokens": k_eagle,
                                                 "method": "eagle"}, "env": {}},
     }
+    eag3 = DRAFTS / "smollm2-eagle3"
+    if (eag3 / "config.json").is_file():  # no "method": the config's stamp picks our plugin, the folder name eagle3
+        rows["our EAGLE-3"] = {"spec": {"model": str(eag3), "num_speculative_tokens": k_eagle3}, "env": {}}
     if not builtin_ok:
         rows = {k: v for k, v in rows.items() if not v.get("builtin")}
     return rows
@@ -223,6 +239,10 @@ def summarize(name: str, phases: list[dict], base_phases: list[dict], prompts_n:
         "acceptance_per_position": [a / drafts for a in spec.get("accepted_per_pos", [])] if drafts else [],
         "drafts": drafts,
         "accepted": spec.get("accepted", 0),
+        # what the adaptive policy chose: tokens drafted per drafting step, and the share of request-steps that
+        # drafted at all (a request-step makes 1 + accepted tokens, so request-steps = tokens - accepted)
+        "draft_tokens_per_drafting_step": spec.get("draft_tokens", 0) / drafts if drafts else None,
+        "drafting_share": drafts / max(sum(p["tokens"] for p in phases) - spec.get("accepted", 0), 1),
         "outputs_equal_no_spec": same,
         "prompts": prompts_n,
     }
@@ -274,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts-cn", type=int, default=1, help="batches per timed phase at concurrency > 1")
     ap.add_argument("--k-medusa", type=int, default=2, help="speculative tokens for Medusa (its first heads)")
     ap.add_argument("--k-eagle", type=int, default=2)
+    ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft (the adaptive "
+                    "policy drafts 0..K per step)")
+    ap.add_argument("--prompt-set", choices=["heldout", "chat"], default="heldout",
+                    help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
+                         "written independently of our generator (bench/data/README.md)")
+    ap.add_argument("--rows", nargs="+", default=None, help="only these rows (names as in the report), one group")
     ap.add_argument("--cpu-runtime", choices=["on", "off", "both"], default="on",
                     help="Intel OpenMP and tcmalloc in LD_PRELOAD for every engine (docs/cpu.md); both: every row "
                          "with and without, side by side (default: on)")
@@ -293,18 +319,26 @@ def main(argv: list[str] | None = None) -> int:
     version = vllm_minor()
     builtin_ok = version.startswith("0.32.")
     k_medusa = args.k_medusa
-    rows = with_runtime(rows_for(target, k_medusa, args.k_eagle, builtin_ok), args.cpu_runtime)
+    rows = with_runtime(rows_for(target, k_medusa, args.k_eagle, builtin_ok, args.k_eagle3), args.cpu_runtime)
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
-    prompts, _ = held_out_prompt_ids(target, n_prompts)
+    prompts, _ = held_out_prompt_ids(target, n_prompts, args.prompt_set)
     args.out.mkdir(parents=True, exist_ok=True)
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
     if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
         groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n]
+    elif args.rows:
+        unknown = [n for n in args.rows if n not in rows]
+        if unknown:
+            ap.error(f"--rows: unknown {unknown}; rows: {list(rows)}")
+        groups = [list(dict.fromkeys(["no speculation", *args.rows]))]
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        groups = [[n for n in rows if "EAGLE" not in n], ["no speculation"] + [n for n in rows if "EAGLE" in n]]
+        groups = [[n for n in rows if "EAGLE" not in n],
+                  ["no speculation"] + [n for n in rows if "EAGLE" in n and "EAGLE-3" not in n]]
+        if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB
+            groups.append(["no speculation", "our EAGLE-3"])
     t0 = time.perf_counter()
     results = []
     paired = []
@@ -339,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                     "cpus": os.cpu_count()},
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
                      "prompts_c1": args.prompts_c1, "prompts_cn": args.prompts_cn, "k_medusa": k_medusa,
-                     "k_eagle": args.k_eagle, "dtype": "float32", "enforce_eager": True,
+                     "k_eagle": args.k_eagle, "k_eagle3": args.k_eagle3, "prompt_set": args.prompt_set,
+                     "dtype": "float32", "enforce_eager": True,
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
                      "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens},
         "rows": results,

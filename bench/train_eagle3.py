@@ -241,9 +241,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle3")
     ap.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled per training example")
     ap.add_argument("--eval-steps", type=int, default=4)
-    ap.add_argument("--vocab-coverage", type=float, default=0.96,
-                    help="share of the train split's greedy answer tokens the draft vocabulary must cover")
-    ap.add_argument("--max-draft-vocab", type=int, default=16384)
+    ap.add_argument("--vocab-coverage", type=float, default=1.0,
+                    help="share of the train split's greedy answer tokens the draft vocabulary must cover (default: all "
+                         "of them; 96 %% of them left only 90 %% of unseen answers covered)")
+    ap.add_argument("--max-draft-vocab", type=int, default=8192)
     ap.add_argument("--intermediate-size", type=int, default=1024, help="draft MLP width (the target's: 1536)")
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=1e-3)

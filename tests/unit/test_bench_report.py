@@ -18,6 +18,9 @@ def test_summarize_medians_paired_speedup_and_acceptance():
     assert s["mean_acceptance_length"] == 1 + 18 / 30
     assert s["acceptance_per_position"] == [12 / 30, 6 / 30]
     assert s["outputs_equal_no_spec"] is True
+    # the policy's choice: 60 drafted tokens in 30 drafting steps; 300 tokens - 18 accepted = 282 request-steps
+    assert s["draft_tokens_per_drafting_step"] == 2.0
+    assert s["drafting_share"] == 30 / 282
 
 
 def test_summarize_flags_different_outputs():
@@ -35,8 +38,13 @@ def test_markdown_tables():
               "paired": [{"pair": "our Medusa / vLLM built-in Medusa", "concurrency": 1, "ratio": 1.01,
                           "ratios": [1.0, 1.01, 1.02]}]}
     md = markdown(report)
-    assert "| no speculation | 1 | 10.0 | 1.00x | – | – | yes |" in md
+    assert "| no speculation | 1 | 10.0 | 1.00x | – | – | – | yes |" in md
     assert "| our Medusa / vLLM built-in Medusa | 1 | 1.010 | 1.000, 1.010, 1.020 |" in md
+    spec = summarize("our EAGLE-3", [phase(100, 1.0, [[1]], {"drafts": 10, "draft_tokens": 25, "accepted": 20})],
+                     [phase(100, 1.0, [[1]])], 1) | {"concurrency": 1, "group": 1}
+    report["settings"] |= {"k_eagle3": 3, "prompt_set": "chat"}
+    md = markdown(report | {"rows": [spec]})
+    assert "| 2.50 in 12 % of steps | yes |" in md and "EAGLE-3 K=3" in md and "MT-Bench questions" in md
     o = overhead_markdown({"command": "c", "vllm": "0.32.0", "steps": 5, "concurrency": 1,
                            "rows": [{"row": "our EAGLE", "propose_ms": 3.0, "model_ms": 2.0, "other_ms": 1.0}],
                            "pairs": [{"pair": "p", "propose_ratio": 1.0, "other_ratio": 1.1}],

@@ -1,0 +1,50 @@
+"""The draft-training data stages' pure parts: self-instruct splits and cleaning, the chat question set."""
+
+import json
+
+from bench import self_instruct as si
+from bench.run import CHAT_QUESTIONS, chat_questions
+
+
+def test_task_and_topic_splits_share_nothing():
+    train, held = si.split_tasks()
+    assert len(held) == si.HELDOUT_TASKS and not {t[0] for t in train} & {t[0] for t in held}
+    assert len(train) + len(held) == len(si.TASKS)
+    words = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(26) for j in range(26)]
+    tr, he = si.split_topics(words)
+    assert not set(tr) & set(he) and len(tr) + len(he) == len(words)
+    assert 0.08 < len(he) / len(words) < 0.25
+
+
+def test_clean_keeps_the_message_only():
+    assert si.clean('User: "How do volcanoes form?"') == "How do volcanoes form?"
+    assert si.clean("Message - Write a short poem about the sea.") == "Write a short poem about the sea."
+    assert si.clean("ok?") is None                                   # too short
+    assert si.clean("Kind of message: a science question") is None  # the prompt echoed
+    assert si.clean("1234 5678 9012 3456 7890 !!!! ????") is None   # not words
+
+
+def test_dedup_drops_repeats_and_benchmark_overlap():
+    question = "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences"
+    d = si.Dedup(si.ngrams(question))
+    assert d.keep("How do I grow tomatoes on a small balcony in a cold climate?")
+    assert not d.keep("How do I grow tomatoes on a small balcony in a cold climate?!")  # same normalised text
+    assert not d.keep("Please compose an engaging travel blog post about a recent trip to Hawaii for me.")
+    assert d.dropped == {"duplicate": 1, "chat_question_overlap": 1}
+
+
+def test_meta_prompt_shows_three_examples_and_asks_for_one():
+    import random
+
+    text = si.meta_prompt(random.Random(0), "lantern", "a history question")
+    assert text.count("Message:") == 4 and text.endswith("Kind of message: a history question\nMessage:")
+    assert "Topic: lantern" in text
+
+
+def test_chat_questions_are_mt_bench_first_turns_one_category_after_another():
+    recs = [json.loads(line) for line in CHAT_QUESTIONS.read_text().splitlines() if line.strip()]
+    assert len(recs) == 80
+    qs = chat_questions()
+    assert sorted(qs) == sorted(r["turns"][0] for r in recs)
+    cat = {r["turns"][0]: r["category"] for r in recs}
+    assert len({cat[q] for q in qs[:8]}) == 8 and len({cat[q] for q in qs[8:16]}) == 8
