@@ -163,6 +163,16 @@ def test_unmarked_eagle_layout_says_what_to_add(tmp_path):
     assert "method" not in _pre_hook(_host(), spec_model=plain)
 
 
+def test_speculators_checkpoint_runs_its_own_algorithm_with_plain_spec_model(tmp_path):
+    """speculators 0.9's EAGLE-3 output (architectures Eagle3DraftModel, fc.weight): vLLM 0.32 alone resolves a
+    plain --spec-model folder to "draft_model"; its speculators_model_type says eagle3."""
+    draft = _ckpt(tmp_path, "smol-draft", weights=["fc.weight", "d2t"], architectures=["Eagle3DraftModel"],
+                  speculators_model_type="eagle3", speculators_config={"algorithm": "eagle3"})
+    assert _pre_hook(_host(), spec_model=draft)["method"] == "eagle3"
+    given = {"model": draft, "method": "eagle", "num_speculative_tokens": 3}
+    assert _pre_hook(_host(), spec=given)["method"] == "eagle"  # a method the user gives wins
+
+
 def test_unknown_method_says_no_such_plugin_is_installed(tmp_path):
     with pytest.raises(PluginLoadError) as ei:
         _pre_hook(_host(), spec={"method": "medusa2", "model": "/nowhere", "num_speculative_tokens": 3})

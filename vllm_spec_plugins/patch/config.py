@@ -630,6 +630,12 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                     method = stamp
                     cfg = dict(cfg or {})
                     cfg["method"] = stamp
+            if method is None and local and local.get("speculators_model_type") in ATTENTION_METHODS:
+                # A speculators checkpoint (vllm-project/speculators) names its algorithm; vLLM 0.32 resolves a
+                # plain --spec-model folder to "draft_model" and then cannot load it. Its own method, as given.
+                method = local["speculators_model_type"]
+                cfg = dict(cfg or {})
+                cfg["method"] = method
             if method is None and local and supported:
                 _unmarked_eagle(host, model, local)
             if isinstance(method, str) and method in host.plugins:
