@@ -30,6 +30,8 @@ Output ``bench/drafts/smollm2-eagle3/``: ``config.json`` (architectures ``LlamaF
 (float16 ``fc``, ``layers.0.*``, ``norm``; int64 ``d2t``; bool ``t2d``) and ``train_report.json``.
 
     python -m bench.train_eagle3 [--budget-min 25] [--data-dir .cache/bench/data3] [--heldout-dir .cache/bench/heldout3]
+    python -m bench.train_eagle3 --evaluate bench/drafts/smollm2-eagle3 --heldout-dir .cache/bench/chat
+        # offline accuracy of a saved draft on other answers (bench.make_data + bench.hidden --aux-layers first)
 """
 
 from __future__ import annotations
@@ -233,6 +235,32 @@ def evaluate(model: Eagle3Draft, data: HiddenData, aux: np.ndarray, seqs: list[i
     return res
 
 
+def evaluate_saved(draft: Path, data_dir: Path, steps: int = 4) -> dict:
+    """Offline accuracy of a saved draft (``model.safetensors``, ``config.json``) on the answers in ``data_dir``."""
+    from safetensors.torch import load_file
+
+    from bench.smollm2 import ensure_smollm2
+
+    W = load_lm_head(ensure_smollm2())
+    cfg = json.loads((draft / "config.json").read_text())
+    tensors = load_file(str(draft / "model.safetensors"))
+    dv = int(tensors["d2t"].numel())
+    sel = torch.arange(dv) + tensors["d2t"]
+    t2d = torch.zeros(W.shape[0], dtype=torch.bool)
+    t2d[sel] = True
+    t2d_id = torch.full((W.shape[0],), -2, dtype=torch.int64)
+    t2d_id[sel] = torch.arange(dv)
+    model = Eagle3Draft(cfg, len(cfg["eagle_aux_hidden_state_layer_ids"]))
+    model.load_vllm_state(tensors)
+    data = load_hidden_data(data_dir, val_fraction=0.0)
+    aux = np.load(data_dir / "aux_f16.npy", mmap_mode="r")
+    seqs = list(range(data.num_seqs))
+    return {"draft": str(draft), "data": str(data_dir), "sequences": len(seqs),
+            "answer_tokens": int(data.offsets[-1] - data.prompt_lens.sum()),
+            "draft_vocab_coverage": round(coverage_of(data, seqs, t2d), 4),
+            **evaluate(model, data, aux, seqs, W, W[sel].contiguous(), t2d_id, steps)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=25.0)
@@ -253,7 +281,12 @@ def main() -> None:
     ap.add_argument("--max-epochs", type=int, default=40)
     ap.add_argument("--val-fraction", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--evaluate", type=Path, default=None,
+                    help="no training: evaluate this saved draft on --heldout-dir and print the result")
     args = ap.parse_args()
+    if args.evaluate is not None:
+        print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
+        return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     from tqdm import tqdm
