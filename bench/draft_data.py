@@ -21,6 +21,18 @@ from bench.common import DATA
 IGNORE = -100
 
 
+def set_lr(opt, base_lr: float, step: int, warmup: int, total_steps: int | None) -> float:
+    """The trainers' schedule: linear warm-up over ``warmup`` steps, then cosine from ``base_lr`` down to 10 % of it
+    at ``total_steps`` (``None``: not planned yet, full rate). Sets every param group's lr; returns it."""
+    import math
+
+    scale = min(1.0, (step + 1) / warmup) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / (total_steps or 10**9), 1.0))))
+    for gp in opt.param_groups:
+        gp["lr"] = base_lr * scale
+    return base_lr * scale
+
+
 def load_target_weights(model_dir: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """Named float32 tensors of the converted target, without building the model."""
     from safetensors import safe_open

@@ -44,6 +44,20 @@ def load_hidden(data_dir: Path = DATA) -> tuple[np.ndarray, dict]:
     return hidden, index
 
 
+def _keep_prefix(tmp: Path, out: Path, n_pos: int) -> None:
+    """Move the memmap ``tmp`` to ``out``, keeping only its first ``n_pos`` rows (the budget may stop early)."""
+    full = np.load(tmp, mmap_mode="r")
+    if n_pos == full.shape[0]:
+        del full
+        tmp.replace(out)
+        return
+    part = np.lib.format.open_memmap(out, mode="w+", dtype=np.float16, shape=(n_pos, full.shape[1]))
+    part[:] = full[:n_pos]
+    part.flush()
+    del full, part
+    tmp.unlink()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=7.0)
@@ -123,27 +137,11 @@ def main() -> None:
     hidden.flush()
     n_pos = int(offsets[done_seqs])
     del hidden
-    if n_pos < total:  # keep the finished prefix only
-        full = np.load(tmp_path, mmap_mode="r")
-        part = np.lib.format.open_memmap(out_path, mode="w+", dtype=np.float16, shape=(n_pos, hsize))
-        part[:] = full[:n_pos]
-        part.flush()
-        del full, part
-        tmp_path.unlink()
-    else:
-        tmp_path.replace(out_path)
+    _keep_prefix(tmp_path, out_path, n_pos)
     if aux is not None:
         aux.flush()
         del aux
-        if n_pos < total:
-            full = np.load(aux_tmp, mmap_mode="r")
-            part = np.lib.format.open_memmap(aux_path, mode="w+", dtype=np.float16, shape=(n_pos, full.shape[1]))
-            part[:] = full[:n_pos]
-            part.flush()
-            del full, part
-            aux_tmp.unlink()
-        else:
-            aux_tmp.replace(aux_path)
+        _keep_prefix(aux_tmp, aux_path, n_pos)
     tokens = np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs[:done_seqs]]) if done_seqs else \
         np.zeros(0, dtype=np.int32)
     index = {

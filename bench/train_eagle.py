@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head
+from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, set_lr
 
 
 def draft_config(target_cfg: dict):
@@ -299,10 +298,7 @@ def main() -> None:
                 total_steps = max(int((budget.left() - eval_s) / epoch_s * steps_per_epoch), 8)
                 total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
                 bar.total = total_steps
-            lr_scale = min(1.0, (step + 1) / args.warmup) * (
-                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / (total_steps or 10**9), 1.0))))
-            for gp in opt.param_groups:
-                gp["lr"] = args.lr * lr_scale
+            set_lr(opt, args.lr, step, args.warmup, total_steps)
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1

@@ -48,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, load_hidden_data, load_lm_head
+from bench.draft_data import IGNORE, HiddenData, load_hidden_data, load_lm_head, set_lr
 from bench.train_eagle import make_batches
 
 STEP_DECAY = 0.8
@@ -369,10 +369,7 @@ def main() -> None:
                 total_steps = max(8, min(int(left / (step_s + eval_s / steps_per_epoch)),
                                          steps_per_epoch * args.max_epochs))
                 bar.total = total_steps
-            lr_scale = min(1.0, (step + 1) / args.warmup) * (
-                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / (total_steps or 10**9), 1.0))))
-            for gp in opt.param_groups:
-                gp["lr"] = args.lr * lr_scale
+            set_lr(opt, args.lr, step, args.warmup, total_steps)
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1

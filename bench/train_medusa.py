@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, top1
+from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, set_lr, top1
 
 
 def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, first: int = 2
@@ -176,10 +176,7 @@ def main() -> None:
                 total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
                 bar.total = total_steps
             sched_total = total_steps or 10**9
-            lr_scale = min(1.0, (step + 1) / args.warmup) * (
-                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / sched_total, 1.0))))
-            for gp in opt.param_groups:
-                gp["lr"] = args.lr * lr_scale
+            set_lr(opt, args.lr, step, args.warmup, sched_total)
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1

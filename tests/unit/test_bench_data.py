@@ -48,3 +48,31 @@ def test_chat_questions_are_mt_bench_first_turns_one_category_after_another():
     assert sorted(qs) == sorted(r["turns"][0] for r in recs)
     cat = {r["turns"][0]: r["category"] for r in recs}
     assert len({cat[q] for q in qs[:8]}) == 8 and len({cat[q] for q in qs[8:16]}) == 8
+
+
+def test_keep_prefix_moves_or_truncates_the_memmap(tmp_path):
+    import numpy as np
+
+    from bench.hidden import _keep_prefix
+
+    for n_pos in (5, 3):
+        tmp, out = tmp_path / f"t{n_pos}.npy", tmp_path / f"o{n_pos}.npy"
+        a = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(5, 4))
+        a[:] = np.arange(20, dtype=np.float16).reshape(5, 4)
+        a.flush()
+        del a
+        _keep_prefix(tmp, out, n_pos)
+        assert not tmp.exists()
+        assert np.array_equal(np.load(out), np.arange(20, dtype=np.float16).reshape(5, 4)[:n_pos])
+
+
+def test_set_lr_warms_up_then_decays_to_a_tenth():
+    import torch
+
+    from bench.draft_data import set_lr
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    assert set_lr(opt, 1.0, 0, 10, 100) == 0.1 and opt.param_groups[0]["lr"] == 0.1  # warm-up
+    assert abs(set_lr(opt, 1.0, 9, 10, None) - 1.0) < 1e-9                           # not planned yet
+    assert abs(set_lr(opt, 1.0, 50, 10, 100) - 0.55) < 1e-9                          # half way: cosine midpoint
+    assert abs(set_lr(opt, 1.0, 100, 10, 100) - 0.1) < 1e-9
