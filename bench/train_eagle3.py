@@ -29,7 +29,7 @@ Output ``bench/drafts/smollm2-eagle3/``: ``config.json`` (architectures ``LlamaF
 ``draft_vocab_size``, ``eagle_aux_hidden_state_layer_ids``, ``"vllm_spec_plugin": "eagle"``), ``model.safetensors``
 (float16 ``fc``, ``layers.0.*``, ``norm``; int64 ``d2t``; bool ``t2d``) and ``train_report.json``.
 
-    python -m bench.train_eagle3 [--budget-min 25] [--data-dir .cache/bench/data3] [--heldout-dir .cache/bench/heldout3]
+    python -m bench.train_eagle3 [--budget-min 27] [--data-dir .cache/bench/data3] [--heldout-dir .cache/bench/heldout3]
     python -m bench.train_eagle3 --evaluate bench/drafts/smollm2-eagle3 --heldout-dir .cache/bench/chat
         # offline accuracy of a saved draft on other answers (bench.make_data + bench.hidden --aux-layers first)
 """
@@ -263,7 +263,7 @@ def evaluate_saved(draft: Path, data_dir: Path, steps: int = 4) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget-min", type=float, default=25.0)
+    ap.add_argument("--budget-min", type=float, default=27.0)
     ap.add_argument("--data-dir", type=Path, default=CACHE / "data3")
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout3")
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle3")
