@@ -191,6 +191,7 @@ class Eagle3DraftModel(nn.Module):
             self.draft_id_to_target_id = None
         self.rows_from_target = False  # set by load_weights: d2t without lm_head.weight
         self._target_rows: torch.Tensor | None = None
+        self._draft_targets: torch.Tensor | None = None
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
@@ -211,6 +212,13 @@ class Eagle3DraftModel(nn.Module):
                 inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model(input_ids, positions, hidden_states, inputs_embeds)
 
+    def draft_targets(self) -> torch.Tensor:
+        """The target id of every draft id, ``arange(draft_vocab) + d2t`` (built once, after loading)."""
+        if self._draft_targets is None:
+            d2t = self.draft_id_to_target_id
+            self._draft_targets = torch.arange(self.config.draft_vocab_size, device=d2t.device) + d2t
+        return self._draft_targets
+
     def target_rows(self) -> torch.Tensor:
         """The target lm_head's rows of the draft vocabulary ``[draft_vocab, H]``, replicated on every rank.
 
@@ -226,7 +234,7 @@ class Eagle3DraftModel(nn.Module):
                                  f"logits use the target's lm_head rows, and the target's lm_head "
                                  f"({type(head).__name__}) has no plain weight to take them from (quantized?). "
                                  f"Store lm_head.weight [draft_vocab_size, hidden_size] in the checkpoint.")
-            targets = torch.arange(self.config.draft_vocab_size, device=weight.device) + self.draft_id_to_target_id
+            targets = self.draft_targets()
             start, end = shard.org_vocab_start_index, shard.org_vocab_end_index
             local = (targets >= start) & (targets < end)
             rows = weight[(targets - start).clamp(0, weight.shape[0] - 1)] * local[:, None].to(weight.dtype)
@@ -246,7 +254,7 @@ class Eagle3DraftModel(nn.Module):
             logits = self.logits_processor(self.lm_head, hidden_states)
         if logits is None or self.draft_id_to_target_id is None:
             return logits
-        targets = torch.arange(self.config.draft_vocab_size, device=logits.device) + self.draft_id_to_target_id
+        targets = self.draft_targets()
         out = logits.new_full((logits.shape[0], self.config.vocab_size), float("-inf"))
         out[:, targets] = logits
         return out
