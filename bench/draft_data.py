@@ -21,6 +21,16 @@ from bench.common import DATA
 IGNORE = -100
 
 
+def expected_accepted(res: dict, k: int) -> float:
+    """Expected accepted draft tokens per step with ``k`` drafts, from conditional top-1 accuracies
+    ``res["step{i}_top1"]`` (position i is accepted only if positions < i were): sum of their running products."""
+    acc, run = 0.0, 1.0
+    for s in range(k):
+        run *= res[f"step{s + 1}_top1"]
+        acc += run
+    return round(acc, 3)
+
+
 def set_lr(opt, base_lr: float, step: int, warmup: int, total_steps: int | None) -> float:
     """The trainers' schedule: linear warm-up over ``warmup`` steps, then cosine from ``base_lr`` down to 10 % of it
     at ``total_steps`` (``None``: not planned yet, full rate). Sets every param group's lr; returns it."""

@@ -157,7 +157,8 @@ def main() -> None:
     wall = time.monotonic() - t0
     meta = {"command": command_line(), "sequences": done_seqs, "sequences_available": len(seqs),
             "positions": n_pos, "stopped_by_budget": stopped, "tok_per_s": round(n_pos / max(wall, 1e-6), 1),
-            "aux_layers": aux_layers, "greedy_reproduction": round(match / max(n_check, 1), 5), "greedy_checked_positions": n_check,
+            "aux_layers": aux_layers, "greedy_reproduction": round(match / max(n_check, 1), 5),
+            "greedy_checked_positions": n_check,
             "file_mb": round(n_pos * hsize * 2 / 2**20, 1), "wall_s": round(budget.elapsed(), 1)}
     write_json(args.out_dir / "hidden_meta.json", meta)
     print(json.dumps(meta, indent=2))

@@ -8,7 +8,8 @@ write the user messages, over thousands of topics and a few dozen kinds of reque
   space: thousands of nouns, verbs and adjectives; nothing is downloaded);
 * kinds of request (``TASKS``) range from trivia, advice and how-to to stories, e-mails, code, math word problems,
   role play and extraction from a text the user supplies;
-* SmolLM2 writes one user message per (topic, kind) pair, continuing three examples (``EXAMPLES``, few-shot), sampled (temperature 0.9, top-p 0.95), through vLLM at a
+* SmolLM2 writes one user message per (topic, kind) pair, continuing three examples (``EXAMPLES``, few-shot),
+  sampled (temperature 0.9, top-p 0.95), through vLLM at a
   high batch size; the answers come later, greedily (``bench.make_data --prompts-jsonl``).
 
 Splits share nothing: topics and kinds of request are each split once by a hash of their text; the held-out split
@@ -19,7 +20,7 @@ sequence with the benchmark's chat questions (bench/data/mt_bench_question.jsonl
 Output: ``.cache/bench/si/instructions.{train,heldout}.jsonl`` (``{"prompt", "family", "topic"}``; family is
 ``si:<kind>``) and ``instructions.meta.json``.
 
-    python -m bench.self_instruct [--budget-min 6] [--train 2400] [--heldout 120]
+    python -m bench.self_instruct [--budget-min 9] [--train 2000] [--heldout 100]
 """
 
 from __future__ import annotations
@@ -200,9 +201,9 @@ class Dedup:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget-min", type=float, default=6.0, help="wall-clock budget, engine start included")
-    ap.add_argument("--train", type=int, default=2400, help="train instructions wanted")
-    ap.add_argument("--heldout", type=int, default=120, help="held-out instructions wanted")
+    ap.add_argument("--budget-min", type=float, default=9.0, help="wall-clock budget, engine start included")
+    ap.add_argument("--train", type=int, default=2000, help="train instructions wanted")
+    ap.add_argument("--heldout", type=int, default=100, help="held-out instructions wanted")
     ap.add_argument("--max-tokens", type=int, default=72)
     ap.add_argument("--max-num-seqs", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)

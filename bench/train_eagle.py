@@ -41,7 +41,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, set_lr
+from bench.draft_data import (IGNORE, HiddenData, chunked_ce_grad, expected_accepted, load_hidden_data, load_lm_head,
+                              set_lr)
 
 
 def draft_config(target_cfg: dict):
@@ -213,11 +214,7 @@ def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.
     res = {f"step{s + 1}_top1": round(c / max(v, 1), 4) for s, (c, v) in enumerate(zip(correct, valid))}
     res["vloss"] = round(vloss_sum / max(n_mask, 1), 4)
     # expected accepted draft tokens per step with `steps` drafts (chain of conditional acceptances)
-    acc, run = 0.0, 1.0
-    for s in range(steps):
-        run *= res[f"step{s + 1}_top1"]
-        acc += run
-    res[f"expected_accepted_of_{steps}"] = round(acc, 3)
+    res[f"expected_accepted_of_{steps}"] = expected_accepted(res, steps)
     return res
 
 

@@ -48,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, load_hidden_data, load_lm_head, set_lr
+from bench.draft_data import IGNORE, HiddenData, expected_accepted, load_hidden_data, load_lm_head, set_lr
 from bench.train_eagle import make_batches
 
 STEP_DECAY = 0.8
@@ -227,11 +227,7 @@ def evaluate(model: Eagle3Draft, data: HiddenData, aux: np.ndarray, seqs: list[i
             n[s] += int(keep.sum())
     res = {f"step{s + 1}_top1": round(c / max(v, 1), 4) for s, (c, v) in enumerate(zip(correct, n))}
     for k in (3, steps):
-        acc, run = 0.0, 1.0
-        for s in range(k):
-            run *= res[f"step{s + 1}_top1"]
-            acc += run
-        res[f"expected_accepted_of_{k}"] = round(acc, 3)
+        res[f"expected_accepted_of_{k}"] = expected_accepted(res, k)
     return res
 
 

@@ -29,16 +29,9 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def chat_prompts(smollm2):
-    from transformers import AutoTokenizer
+    from bench.run import held_out_prompt_ids
 
-    from bench.run import chat_questions
-
-    tok = AutoTokenizer.from_pretrained(str(smollm2))
-    out = []
-    for q in chat_questions()[:4]:
-        text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-        out.append(tok(text, add_special_tokens=False)["input_ids"])
-    return out
+    return held_out_prompt_ids(smollm2, 4, "chat")[0]  # tokenized as bench.run sends them
 
 
 def test_shipped_eagle3_draft_is_small_and_truncated():

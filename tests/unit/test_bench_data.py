@@ -76,3 +76,10 @@ def test_set_lr_warms_up_then_decays_to_a_tenth():
     assert abs(set_lr(opt, 1.0, 9, 10, None) - 1.0) < 1e-9                           # not planned yet
     assert abs(set_lr(opt, 1.0, 50, 10, 100) - 0.55) < 1e-9                          # half way: cosine midpoint
     assert abs(set_lr(opt, 1.0, 100, 10, 100) - 0.1) < 1e-9
+
+
+def test_expected_accepted_is_the_sum_of_running_products():
+    from bench.draft_data import expected_accepted
+
+    res = {"step1_top1": 0.5, "step2_top1": 0.4, "step3_top1": 0.5}
+    assert expected_accepted(res, 3) == 0.8 and expected_accepted(res, 1) == 0.5  # 0.5 + 0.5*0.4 + 0.5*0.4*0.5
