@@ -36,8 +36,10 @@ def _measure_row(cfg: dict) -> dict:
 
     # In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0) with the uni-process executor.
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    assert isinstance(runner, GPUModelRunner), type(runner)
-    model = runner.drafter.model
+    if isinstance(runner, GPUModelRunner):  # V1: the runner's whole drafting call
+        owner, name, model = GPUModelRunner, "propose_draft_token_ids", runner.drafter.model
+    else:  # Model Runner V2: the speculator's propose (everything MRV2 does to draft)
+        owner, name, model = type(runner.speculator), "propose", runner.speculator.model
     model = getattr(model, "inner", model)  # our attention adapter: time the plugin model itself
     acc = {"model": 0.0}
     steps: list[tuple[float, float]] = []
@@ -54,16 +56,18 @@ def _measure_row(cfg: dict) -> dict:
     for name in ("forward", "compute_logits"):
         if hasattr(model, name):
             setattr(model, name, timed(getattr(model, name)))
-    original = GPUModelRunner.propose_draft_token_ids
+    original = getattr(owner, name)
 
     def propose(self, *a, **k):
+        if k.get("dummy_run"):
+            return original(self, *a, **k)
         acc["model"] = 0.0
         t = time.perf_counter()
         out = original(self, *a, **k)
         steps.append((time.perf_counter() - t, acc["model"]))
         return out
 
-    GPUModelRunner.propose_draft_token_ids = propose
+    setattr(owner, name, propose)
     params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
     prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
     c = cfg["concurrency"]
@@ -124,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    ap.add_argument("--runner", choices=("v1", "v2"), default="v1",
+                    help="vLLM's model runner (v2: Model Runner V2 through the test kit's Triton stand-in and "
+                         "Triton's interpreter: host times compare, speed does not)")
     args = ap.parse_args(argv)
     if args.child:
         print("RESULT " + json.dumps(_measure_row(json.loads(args.child))), flush=True)
@@ -142,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         "our Medusa": ({"model": str(med), "num_speculative_tokens": k_med}, {}),
         "our EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"}, {}),
     }
-    if version.startswith("0.32."):
+    if args.runner == "v2":  # vLLM has no Medusa on MRV2: our EAGLE against vLLM's own EAGLE, our Medusa alone
+        rows = {"our Medusa": rows["our Medusa"],
+                "vLLM built-in EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"},
+                                        {"VLLM_SPEC_PLUGINS": ""}),
+                "our EAGLE": rows["our EAGLE"]}
+    elif version.startswith("0.32."):
         rows = {"vLLM built-in Medusa": ({"model": str(med), "num_speculative_tokens": k_med},
                                          {"VLLM_SPEC_PLUGINS": ""}),
                 "our Medusa": rows["our Medusa"],
@@ -152,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for row, (spec, env) in rows.items():
         print(f"  {row} ...", flush=True)
+        if args.runner == "v2":
+            from vllm_spec_plugins.testing.mrv2 import mrv2_env
+
+            env = {**mrv2_env(), **env}
         r = _child(row, {"model": str(target), "spec": spec, "prompts": prompts, "max_tokens": max_tokens,
                          "concurrency": args.concurrency}, env)
         r["row"] = row
@@ -164,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         if o and b:
             pairs.append({"pair": f"our {kind} / vLLM built-in {kind}", "propose_ratio": o["propose_ms"] / b["propose_ms"],
                           "other_ratio": o["other_ms"] / b["other_ms"] if b["other_ms"] else float("nan")})
-    report = {"command": "python -m bench.overhead" + (" --quick" if args.quick else ""), "vllm": version,
+    report = {"command": "python -m bench.overhead" + (" --quick" if args.quick else "")
+              + (f" --runner {args.runner}" if args.runner != "v1" else ""), "vllm": version, "runner": args.runner,
               "steps": min(r["steps"] for r in results), "concurrency": args.concurrency, "rows": results,
               "pairs": pairs, "startup": startup(3 if args.quick else 7, 0 if args.quick else 3, str(target))}
     from bench.report import overhead_markdown, write

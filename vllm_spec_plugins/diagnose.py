@@ -443,6 +443,38 @@ def _vllm_build() -> dict[str, Any]:
             "minor": f"{minor[0]}.{minor[1]}" if minor else None}
 
 
+def runner_outlook(kind: str | None = None) -> tuple[str, str]:
+    """``("v1" | "v2", why)``: the model runner vLLM will pick for an engine with a plugin drafter here.
+
+    The same rules as vLLM's ``VllmConfig.use_v2_model_runner`` plus the shim's
+    (:func:`vllm_spec_plugins.routes.mrv2_refusal`); per-engine options (probabilistic draft
+    sampling, adaptive verification) are not known here.
+    """
+    from ._names import ENV_RUNNER
+    from .routes import has_mrv2_backend, runner_choice
+
+    forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER") or None
+    try:
+        choice = runner_choice()
+    except ValueError as e:
+        return "v1", str(e)
+    if choice == "v1":
+        return "v1", f"{ENV_RUNNER}=v1 keeps plugin drafters on the V1 model runner"
+    if not has_mrv2_backend():
+        return "v1", "this vLLM has no Model Runner V2 speculator interface"
+    if forced is not None and forced.strip().lower() in ("0", "false"):
+        return "v1", "VLLM_USE_V2_MODEL_RUNNER=0"
+    if forced is not None and forced.strip().lower() in ("1", "true"):
+        return "v2", "VLLM_USE_V2_MODEL_RUNNER=1"
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except Exception as e:  # noqa: BLE001
+        return "v1", f"vLLM's Triton check failed ({_err(e)})"
+    if not HAS_TRITON:
+        return "v1", "Triton has no backend for this device (vLLM's CPU build without triton-cpu): vLLM uses V1"
+    return "v2", "vLLM's default runner; the shim's MRV2 backend serves heads and attention drafters"
+
+
 def doctor(manifest: bool = True) -> Report:
     """The installation's health: vLLM, the shim's vLLM symbols, every plugin, conflicts."""
     from . import __version__
@@ -470,6 +502,10 @@ def doctor(manifest: bool = True) -> Report:
     if os.environ.get(ENV_ALLOW) == "":
         rep.add("shim", INFO, f"{ENV_ALLOW}='' : the shim is off in this environment (vLLM behaves as if this "
                               f"package were not installed)")
+    runner, why = runner_outlook()
+    rep.facts["model_runner"] = {"runner": runner, "why": why}
+    rep.add("model runner", INFO, ("Model Runner V2" if runner == "v2" else "the V1 model runner")
+            + f" for engines with plugin drafters: {why}")
     if manifest:
         rows = check_manifest(build["minor"])
         rep.facts["manifest"] = [r.__dict__ for r in rows]

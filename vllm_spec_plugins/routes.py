@@ -36,3 +36,60 @@ def plugin_of(spec: Any) -> str | None:
     if dmc is None:
         return None
     return getattr(dmc.hf_config, PLUGIN_ATTR, None)
+
+
+#: ``VLLM_SPEC_PLUGINS_RUNNER``: which vLLM model runner plugin drafters may run on. ``auto`` (or
+#: unset): the one vLLM picks (Model Runner V2 where vLLM defaults to it); ``v1``: keep plugin
+#: drafters on the V1 model runner (the shim then lists them among the features MRV2 lacks, so
+#: vLLM picks V1 for the whole engine).
+RUNNER_CHOICES = ("auto", "v1")
+
+
+def runner_choice(env: Any = None) -> str:
+    """``VLLM_SPEC_PLUGINS_RUNNER``, checked: ``auto`` or ``v1``."""
+    import os
+
+    from ._names import ENV_RUNNER
+
+    value = (os.environ if env is None else env).get(ENV_RUNNER, "").strip().lower() or "auto"
+    if value not in RUNNER_CHOICES:
+        raise ValueError(f"vllm_spec_plugins: {ENV_RUNNER}={value!r} is not one of {', '.join(RUNNER_CHOICES)} "
+                         f"(unset means auto: the model runner vLLM picks)")
+    return value
+
+
+def has_mrv2_backend() -> bool:
+    """Whether the installed vLLM has Model Runner V2's speculator interface (vLLM 0.32 and 0.33 do)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.speculator") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def mrv2_refusal(spec: Any, parallel_config: Any = None, env: Any = None) -> str | None:
+    """Why the shim's Model Runner V2 backend cannot serve this plugin spec (``None``: it can).
+
+    The reason goes into vLLM's list of features MRV2 lacks, so vLLM picks the V1 runner.
+    """
+    name = plugin_of(spec)
+    if not name:
+        return None
+    if runner_choice(env) == "v1":
+        from ._names import ENV_RUNNER
+
+        return f"vllm-spec-plugins drafter '{name}' ({ENV_RUNNER}=v1 keeps plugin drafters on the V1 model runner)"
+    if not has_mrv2_backend():
+        return (f"vllm-spec-plugins drafter '{name}' (this vLLM has no Model Runner V2 speculator interface; "
+                f"it runs on the V1 model runner)")
+    heads = getattr(spec, "method", None) not in ATTENTION_METHODS
+    if heads and getattr(spec, "draft_sample_method", "greedy") == "probabilistic":
+        return (f"vllm-spec-plugins heads drafter '{name}' with draft_sample_method='probabilistic' (heads "
+                f"drafters return draft ids, not the draft logits MRV2's probabilistic verification reads)")
+    if heads and getattr(spec, "enable_adaptive_verification", False):
+        return (f"vllm-spec-plugins heads drafter '{name}' with enable_adaptive_verification (it needs draft "
+                f"logits, which heads drafters do not return)")
+    if heads and getattr(parallel_config, "prefill_context_parallel_size", 1) > 1:
+        return f"vllm-spec-plugins heads drafter '{name}' with prefill context parallelism"
+    return None

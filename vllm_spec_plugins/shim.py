@@ -86,9 +86,10 @@ def _register() -> None:
         return
     _register_with_vllm(host)
     config_patch.apply(host, supported=True)
-    from .patch import model_runner, scheduler
+    from .patch import model_runner, model_runner_v2, scheduler
 
     model_runner.apply_when_imported()
+    model_runner_v2.apply_when_imported()
     scheduler.apply_when_imported()
     names = ", ".join(f"{p.dist}-{p.version}" if p.dist else p.name for p in host.plugins.values() if not p.error)
     logger.debug("vllm_spec_plugins: registered spec-decode plugins: %s", names)

@@ -106,3 +106,17 @@ class TestStatePlugin(ConformanceSuite):
             assert torch.equal(rec["inputs"]["acc"], rec["state"]["acc"])
             hooked += int(produced.sum())
         assert hooked > 200
+
+
+class TestStatePluginMRV2(TestStatePlugin):
+    """The same suite and checks on vLLM's Model Runner V2: MRV2 frees a preempted request's slot and
+    sends it back as a new request, so its carried state is parked and restored (``on_preempt="keep"``);
+    finished and aborted requests leave no slot behind. The adaptive policy is on (k varies)."""
+
+    runner = "v2"
+
+    def test_ran_on_mrv2_and_the_policy_varied_k(self, run):
+        r, records = run
+        assert "Using V2 Model Runner" in r.log and "runs on Model Runner V2 (PluginHeadsSpeculator)" in r.log
+        widths = {int(rec["drafts"].shape[1]) for rec in records}
+        assert {0, 3} <= widths, widths  # the policy's start-up exploration: K, then plain steps

@@ -36,11 +36,16 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    Supported vLLM: 0.32, 0.33 (same body). Verified by: tests/e2e/test_medusa_engine.py,
    tests/e2e/test_mlp_engine.py, tests/unit/test_shim.py.
 2. ``vllm.config.vllm.VllmConfig._get_v2_model_runner_unsupported_features`` — :mod:`.config`
-   Why: on GPU, Model Runner V2 is the default for ``draft_model``; our hooks are
-   in the V1 runner. How: append a reason when the spec is a plugin spec, so the
-   V1 runner is chosen in every process. Remove when: a V2 backend exists (MRV2's
-   ``init_speculator`` is the natural factory). Supported vLLM: 0.32, 0.33.
-   Verified by: read from code only (the CPU build never uses V2).
+   Why: vLLM picks the model runner from this list; a plugin drafter must not land on a
+   runner that cannot serve it. How: append a reason only when the shim's Model Runner V2
+   backend (rows 13-17) cannot serve the spec (:func:`vllm_spec_plugins.routes.mrv2_refusal`:
+   ``VLLM_SPEC_PLUGINS_RUNNER=v1``, a vLLM without MRV2's speculator interface, heads drafters
+   with probabilistic draft sampling, adaptive verification or prefill context parallelism);
+   vLLM then picks V1 (or, with ``VLLM_USE_V2_MODEL_RUNNER=1``, refuses with that reason).
+   Remove when: vLLM drops the V1 runner (then nothing needs V1) or resolves speculators
+   through a registry. Upstream: vLLM issue #57684 (V1 removal plan), PR #56899.
+   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_mrv2.py (``VLLM_SPEC_PLUGINS_RUNNER=v1``),
+   tests/unit/test_mrv2_backend.py.
 3. ``vllm.config.speculative.SpeculativeConfig.compute_hash`` — :mod:`.config`
    Why: aux hidden-state outputs change the target's compiled graph but vLLM only
    hashes them for eagle3/dflash. How: add plugin name, distribution, architecture
@@ -97,6 +102,41 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
 12. ``Scheduler.shutdown`` — :mod:`.scheduler`
     Why: the policy's summary line and statistics file. How: before the original.
     Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the file), by hand (the line).
+
+13. ``vllm.v1.worker.gpu.model_runner.init_speculator`` (the runner module's binding) — :mod:`.model_runner_v2`
+    Why: MRV2 builds its speculator with an ``if/elif`` chain (``spec_decode.init_speculator``)
+    imported by name into the runner module; nothing can extend it. How: rebind the module
+    global (looked up at call time in ``GPUModelRunner.__init__``) to a wrapper that returns
+    :class:`~vllm_spec_plugins.runtime.mrv2.PluginHeadsSpeculator` (heads drafters, method
+    ``draft_model``) or :class:`~vllm_spec_plugins.runtime.mrv2.PluginEagleSpeculator`
+    (attention drafters, ``eagle``/``eagle3``) for plugin specs, and calls the original
+    otherwise. Both subclass vLLM's ``DraftModelSpeculator`` so every ``isinstance`` check of
+    the runner holds. Remove when: MRV2 has a speculator factory hook (RFC #51212 and PR #53895
+    cover other components, not speculators). Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_mrv2.py, tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
+14. ``vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__`` — :mod:`.model_runner_v2`
+    Why: MRV2 turns the target's aux hidden-state outputs on for four method names only.
+    How: after the original, set ``use_aux_hidden_state_outputs`` when the plugin speculator
+    reads target layers (``load_model`` then sets the target's aux layers). Covers
+    ``CPUModelRunner``. Remove when: MRV2 asks the speculator. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_mrv2.py (EAGLE-3).
+15. ``GPUModelRunner.finish_requests`` (MRV2) — :mod:`.model_runner_v2`
+    Why: finished and aborted requests free their carried state; MRV2 also frees the slot of
+    a *preempted* request (and later sends it back as a new one). How: before the original,
+    release finished requests' state and park preempted ones' under their request id.
+    Remove when: MRV2 tells speculators about request lifecycle. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
+16. ``GPUModelRunner.add_requests`` (MRV2) — :mod:`.model_runner_v2`
+    Why: state is indexed on the device by MRV2's request slot. How: after the original, for
+    each new request restore parked state (``keep``) or re-initialise it (``reset``) and write
+    its pool slot into the speculator's slot table. Not ``_remove_request`` (also called for
+    streaming input updates). Supported vLLM: 0.32, 0.33. Verified by: as row 15.
+17. ``GPUModelRunner.postprocess_sampled`` (MRV2) — :mod:`.model_runner_v2`
+    Why: ``Source.SAMPLED_TOKEN_IDS`` is the only source that is not an argument of MRV2's
+    ``propose``. How: keep ``sampled_tokens`` (a device tensor, no copy) when a bound drafter
+    reads that source; called right before ``propose``. Arguments after ``sampled_tokens`` are
+    passed through (0.33 adds ``draft_tokens``). Remove when: ``propose`` receives them.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
 
 Not a patch, but vLLM internals the runtime relies on: for attention drafters that
 consume chosen target layers (method ``eagle3``), vLLM's ``SpecDecodeBaseProposer.propose``

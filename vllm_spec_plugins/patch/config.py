@@ -22,6 +22,7 @@ from ._util import when_imported, wrap_method
 
 logger = logging.getLogger("vllm.spec_plugins")
 
+from ..routes import mrv2_refusal
 from ..routes import (  # noqa: F401  (re-exported: patch.scheduler and tests import them from here)
     ARCH_ATTR,
     ATTENTION_METHOD,
@@ -690,9 +691,9 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
 def _unsupported_features_wrap(original):
     def _get_v2_model_runner_unsupported_features(self):
         out = original(self)
-        name = plugin_of(self.speculative_config)
-        if name:
-            out.append(f"vllm-spec-plugins drafter '{name}' (runs on the V1 model runner)")
+        reason = mrv2_refusal(self.speculative_config, self.parallel_config)
+        if reason:
+            out.append(reason)
         return out
 
     return _get_v2_model_runner_unsupported_features

@@ -43,6 +43,8 @@ _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _DRAFT = "vllm.v1.spec_decode.draft_model"
 _REGISTRY = "vllm.model_executor.models.registry"
 _SCHED = "vllm.v1.core.sched.scheduler"
+_MR2 = "vllm.v1.worker.gpu.model_runner"
+_MR2_SPEC = "vllm.v1.worker.gpu.spec_decode.speculator"
 
 TARGETS: tuple[Target, ...] = (
     # --- config / engine args -------------------------------------------------
@@ -56,7 +58,7 @@ TARGETS: tuple[Target, ...] = (
         "vllm.config.vllm",
         "VllmConfig._get_v2_model_runner_unsupported_features",
         params=("self",),
-        why="patch 2 (config.py): list plugin drafts as unsupported by Model Runner V2, so V1 runs them",
+        why="patch 2 (config.py): list a plugin draft as unsupported by Model Runner V2 only when the MRV2 backend cannot serve it",
     ),
     Target(
         _SPEC,
@@ -340,5 +342,111 @@ TARGETS: tuple[Target, ...] = (
         "SpecDecodeBaseProposer._get_positions",
         params=("self", "num_tokens"),
         why="runtime: AttentionProposer's trial forward at load feeds the plugin model from vLLM's buffers",
+    ),
+    # --- Model Runner V2 (patches 13-17, runtime/mrv2.py) ---------------------
+    Target(
+        _MR2,
+        "init_speculator",
+        kind="attribute",
+        why="patch 13 (model_runner_v2.py): the runner module's own binding of init_speculator, rebound",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode",
+        "init_speculator",
+        params=("vllm_config", "device", "req_states"),
+        why="patch 13: the factory the rebinding delegates to for every non-plugin spec",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.__init__",
+        params=("self", "vllm_config", "device"),
+        why="patch 14: after it, turn aux hidden-state outputs on for plugin drafters that read target layers",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.use_aux_hidden_state_outputs",
+        kind="attribute",
+        why="patch 14: read by load_model (sets the target's aux layers) and execute_model",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.finish_requests",
+        params=("self", "scheduler_output"),
+        why="patch 15: free finished requests' state, park preempted ones' (MRV2 frees their slots)",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.add_requests",
+        params=("self", "scheduler_output"),
+        why="patch 16: map each new request's MRV2 slot to its state, restore parked state",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.postprocess_sampled",
+        params=("self", "idx_mapping", "sampled_tokens"),
+        why="patch 17: keep the step's sampled tokens for Source.SAMPLED_TOKEN_IDS",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.states",
+        "RequestState.req_id_to_index",
+        kind="attribute",
+        why="patch 16: a new request's slot",
+    ),
+    Target(
+        _MR2_SPEC,
+        "DraftModelSpeculator",
+        kind="class",
+        why="runtime/mrv2.py: PluginHeadsSpeculator's base (the runner's isinstance checks)",
+    ),
+    Target(
+        _MR2_SPEC,
+        "DraftModelSpeculator.load_model",
+        params=("self", "target_model"),
+        why="runtime/mrv2.py: calls load_draft_model, marks draft layers, decides multimodal inputs",
+    ),
+    Target(
+        _MR2_SPEC,
+        "DraftModelSpeculator.load_draft_model",
+        params=("self", "target_model", "target_attn_layer_names"),
+        why="runtime/mrv2.py: PluginHeadsSpeculator loads the plugin class here",
+    ),
+    Target(
+        _MR2_SPEC,
+        "BaseSpeculator.propose",
+        params=("self", "input_batch", "attn_metadata", "slot_mappings", "last_hidden_states", "aux_hidden_states",
+                "num_sampled", "num_rejected", "last_sampled", "next_prefill_tokens", "temperature", "seeds",
+                "dp_sync_state", "dummy_run", "skip_attn_for_dummy_run", "mm_inputs", "is_profile",
+                "num_speculative_tokens"),
+        why="runtime/mrv2.py: both plugin speculators' propose (every source is gathered from these arguments)",
+    ),
+    Target(
+        _MR2_SPEC,
+        "DraftModelSpeculator.draft_tokens",
+        kind="attribute",
+        why="runtime/mrv2.py: the [max_num_reqs, K] draft buffer propose returns rows of",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.eagle.speculator",
+        "EagleSpeculator",
+        kind="class",
+        why="runtime/mrv2.py: PluginEagleSpeculator's base (vLLM's EAGLE loop on MRV2)",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator.on_prefill_begin",
+        params=("self", "num_reqs"),
+        why="runtime/mrv2.py: the adapter's token-row pass starts here (capture and replay alike)",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator.on_multi_step_decode_begin",
+        params=("self", "num_reqs"),
+        why="runtime/mrv2.py: the adapter's request-row passes start here",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator.hidden_states",
+        kind="attribute",
+        why="runtime/mrv2.py: PluginEagleSpeculator's trial forward at load reads one row of it",
     ),
 )

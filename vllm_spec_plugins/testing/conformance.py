@@ -82,12 +82,12 @@ def _tiny_target() -> Path:
     return _SHARED["target"]
 
 
-def _baseline(target: Path, prompts: list, max_tokens: int, timeout: float = 1200) -> Any:
+def _baseline(target: Path, prompts: list, max_tokens: int, timeout: float = 1200, runner: str | None = None) -> Any:
     from .engine import run_engine
 
-    key = (str(target), repr(prompts), max_tokens)
+    key = (str(target), repr(prompts), max_tokens, runner)
     if key not in _SHARED:
-        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens, timeout=timeout)
+        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens, timeout=timeout, runner=runner)
     return _SHARED[key]
 
 
@@ -128,6 +128,10 @@ class ConformanceSuite:
     ``drafts`` of shape ``[num_reqs, 0]``)."""
     timeout: float = 1200
     """Seconds one engine run may take."""
+    runner: str | None = None
+    """vLLM's model runner for every engine of the suite: ``"v1"``, ``"v2"`` (Model Runner V2, run on a
+    CPU build through the test kit's Triton stand-in, :mod:`vllm_spec_plugins.testing.mrv2`), or ``None``
+    (what vLLM picks). Subclass your suite with ``runner = "v2"`` to run it on both runners."""
 
     # -- what the author provides ---------------------------------------------------------
 
@@ -160,10 +164,10 @@ class ConformanceSuite:
         spec = {"model": str(draft), "num_speculative_tokens": self.num_speculative_tokens}
         if self.method:
             spec["method"] = self.method
-        baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout)
+        baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout, self.runner)
         result = run_engine(target, speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
                             schedule=SCHEDULE, env={**self._env(), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                            llm_kwargs=SMALL_CACHE, timeout=self.timeout)
+                            llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner)
         records = load_trace(trace)
         return {"target": target, "draft": draft, "spec": spec, "baseline": baseline, "result": result,
                 "records": records}
@@ -244,9 +248,9 @@ class ConformanceSuite:
         from .engine import run_engine
 
         prompts, n = PROMPTS[:4], 48
-        base = _baseline(vsp_run["target"], prompts, n, self.timeout)
+        base = _baseline(vsp_run["target"], prompts, n, self.timeout, self.runner)
         r = run_engine(vsp_run["target"], speculative_config=vsp_run["spec"], prompts=prompts, max_tokens=n,
-                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout)
+                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout, runner=self.runner)
         assert r.outputs == base.outputs
         assert r.metrics.get("accepted", 0) > 0
 

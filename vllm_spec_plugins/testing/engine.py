@@ -59,7 +59,8 @@ def default_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_engine(model: str, *, speculative_config: dict | None = None, prompts: list[list[int]] | None = None,
                text_prompts: list[str] | None = None, max_tokens: int | list[int] = 32, env: dict[str, str | None] | None = None,
                tensor_parallel_size: int = 1, llm_kwargs: dict | None = None, schedule: list[dict] | None = None,
-               python: str | None = None, timeout: float = 600, check: bool = True) -> EngineResult:
+               python: str | None = None, timeout: float = 600, check: bool = True,
+               runner: str | None = None) -> EngineResult:
     """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.
 
     Args:
@@ -70,6 +71,9 @@ def run_engine(model: str, *, speculative_config: dict | None = None, prompts: l
             ``{"step": n, "add": [prompt index, ...], "abort": [prompt index, ...]}``.
         env: extra environment (``None`` removes a variable).
         check: raise ``RuntimeError`` with the log tail if the engine fails.
+        runner: ``"v1"`` (vLLM's V1 model runner) or ``"v2"`` (Model Runner V2, run on this CPU
+            build through a test-only Triton backend, :mod:`vllm_spec_plugins.testing.mrv2`);
+            ``None``: whatever vLLM picks (V1 on the CPU build).
 
     At ``tensor_parallel_size=1`` the engine runs in one process (engine core and worker inside
     the subprocess: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which also makes vLLM's CPU build use
@@ -83,6 +87,11 @@ def run_engine(model: str, *, speculative_config: dict | None = None, prompts: l
            "text_prompts": text_prompts, "max_tokens": max_tokens, "tp": tensor_parallel_size,
            "llm_kwargs": llm_kwargs or {}, "schedule": schedule}
     extra = dict(env or {})
+    if runner is not None:  # the runner's variables, then ``env`` over them (PYTHONPATH: both)
+        from .mrv2 import runner_env
+
+        chosen = runner_env(runner, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+        extra = {**chosen, **{k: v for k, v in extra.items() if k != "PYTHONPATH"}}
     if tensor_parallel_size > 1:
         extra.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tensor_parallel_size)))
     else:

@@ -1,0 +1,122 @@
+"""Plugin drafters on vLLM's Model Runner V2 (MRV2), real CPU engines.
+
+MRV2 runs here through the test kit's stand-in Triton ``cpu`` backend and Triton's
+interpreter (``run_engine(..., runner="v2")``, :mod:`vllm_spec_plugins.testing.mrv2`). Oracles:
+
+* greedy output on MRV2 with plugin drafts equals MRV2 without speculation (and V1), bit for bit;
+* our EAGLE-1 and EAGLE-3 on MRV2 propose what vLLM's own EAGLE proposes on MRV2 with the same
+  checkpoint (same draft counts, same per-position acceptance; policy off);
+* a heads plugin (Medusa, the MLP speculator) proposes on MRV2, step by step and request by
+  request, exactly the drafts it proposes on V1 (the traces compared; policy off).
+
+Carried state through preemption and aborts on MRV2, and the adaptive policy there, are the
+conformance suite's (``tests/e2e/test_state_plugin.py::TestStatePluginMRV2``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS, with_pythonpath
+from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
+from vllm_spec_plugins.testing.engine import run_engine
+
+MRV2_LINE = "Using V2 Model Runner"
+
+
+@pytest.fixture(scope="module")
+def base_v2(tiny):
+    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS, runner="v2")
+
+
+def test_mrv2_runs_here_and_matches_v1(base_v2, baseline):
+    assert MRV2_LINE in base_v2.log and MRV2_LINE not in baseline.log
+    assert base_v2.outputs == baseline.outputs
+
+
+def _spec(tiny, name, **kw):
+    return {"model": str(tiny[name]), "num_speculative_tokens": 3, **kw}
+
+
+def _by_request(records):
+    """Per traced step: base request id -> its drafts (MRV2 may order a batch differently from V1)."""
+    return [{base_request_id(r): rec["drafts"][row].tolist() for row, r in enumerate(rec["req_ids"])}
+            for rec in records]
+
+
+@pytest.fixture(scope="module", params=[("medusa", "medusa"), ("mlp", "mlp_speculator")], ids=["medusa", "mlp"])
+def heads(request, tiny, tmp_path_factory):
+    draft, plugin = request.param
+    runs = {}
+    for runner in ("v1", "v2"):
+        trace = tmp_path_factory.mktemp(f"{draft}-{runner}")
+        r = run_engine(tiny["target"], speculative_config=_spec(tiny, draft), prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                       env={**POLICY_OFF, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)}, runner=runner)
+        runs[runner] = (r, load_trace(trace))
+    return plugin, runs
+
+
+def test_heads_plugin_on_mrv2_output_equals_no_speculation(heads, base_v2):
+    plugin, runs = heads
+    r, records = runs["v2"]
+    assert MRV2_LINE in r.log
+    assert f"plugin '{plugin}' (" in r.log and "runs on Model Runner V2 (PluginHeadsSpeculator)" in r.log
+    assert r.outputs == base_v2.outputs
+    assert r.metrics["accepted"] > 0 and records
+
+
+def test_heads_plugin_same_drafts_on_v1_and_mrv2(heads):
+    _, runs = heads
+    (v1, rec1), (v2, rec2) = runs["v1"], runs["v2"]
+    assert "Model Runner V2" not in v1.log
+    assert v1.metrics["drafts"] == v2.metrics["drafts"] and v1.accepted_per_pos == v2.accepted_per_pos
+    assert len(rec1) == len(rec2) > 0
+    assert _by_request(rec1) == _by_request(rec2)
+
+
+@pytest.mark.parametrize("draft,method", [("eagle", "eagle"), ("eagle3", "eagle3")], ids=["eagle1", "eagle3"])
+def test_eagle_plugin_on_mrv2_equals_vllm_eagle_on_mrv2(tiny, base_v2, draft, method):
+    ours = run_engine(tiny["target"], speculative_config=_spec(tiny, draft), prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                      env=POLICY_OFF, runner="v2")
+    assert "served by plugin 'eagle'" in ours.log
+    assert "runs on Model Runner V2 (PluginEagleSpeculator)" in ours.log
+    theirs = run_engine(tiny["target"], speculative_config=_spec(tiny, draft, method=method), prompts=PROMPTS,
+                        max_tokens=MAX_TOKENS, env={"VLLM_SPEC_PLUGINS": ""}, runner="v2")
+    assert "vllm_spec_plugins" not in theirs.log and MRV2_LINE in theirs.log
+    assert ours.outputs == base_v2.outputs == theirs.outputs
+    assert ours.metrics["accepted"] > 0
+    assert ours.metrics["drafts"] == theirs.metrics["drafts"]
+    assert ours.accepted_per_pos == theirs.accepted_per_pos
+
+
+def test_tensor_parallel_2_on_mrv2(tiny, base_v2):
+    r = run_engine(tiny["target"], speculative_config=_spec(tiny, "medusa"), prompts=PROMPTS[:4],
+                   max_tokens=MAX_TOKENS, env=POLICY_OFF, tensor_parallel_size=2, runner="v2")
+    assert MRV2_LINE in r.log and "runs on Model Runner V2 (PluginHeadsSpeculator)" in r.log
+    assert r.outputs == base_v2.outputs[:4]
+    assert r.metrics["accepted"] > 0
+
+
+def test_forward_raising_degrades_on_mrv2(tiny, base_v2, faulty_plugin_path, tmp_path):
+    from tests.e2e.test_faults import DIST, faulty_checkpoint
+
+    draft = faulty_checkpoint(tmp_path / "raise", fault="raise")
+    r = run_engine(tiny["target"], speculative_config={"model": str(draft), "num_speculative_tokens": 3},
+                   prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(faulty_plugin_path), runner="v2")
+    assert MRV2_LINE in r.log
+    assert r.outputs == base_v2.outputs
+    errors = [ln for ln in r.log.splitlines() if "Speculative decoding is now OFF" in ln]
+    assert len(errors) == 1 and f"plugin 'faulty' ({DIST})" in errors[0]
+    assert "planned failure at forward call" in r.log
+
+
+def test_v1_can_be_kept_for_plugin_drafters(tiny, base_v2):
+    """VLLM_SPEC_PLUGINS_RUNNER=v1: the shim lists the drafter among the features MRV2 lacks, vLLM picks V1
+    (with the test kit's Triton stand-in present, vLLM would otherwise pick MRV2)."""
+    env = {**POLICY_OFF, "VLLM_SPEC_PLUGINS_RUNNER": "v1"}
+    r = run_engine(tiny["target"], speculative_config=_spec(tiny, "medusa"), prompts=PROMPTS[:2], max_tokens=16,
+                   env={**env, "VLLM_USE_V2_MODEL_RUNNER": None}, runner="v2")
+    assert MRV2_LINE not in r.log
+    assert "Model Runner V2 does not yet support vllm-spec-plugins drafter 'medusa' (VLLM_SPEC_PLUGINS_RUNNER=v1" \
+        in r.log
+    assert r.outputs == [o[:16] for o in base_v2.outputs[:2]]

@@ -1,0 +1,208 @@
+"""The Model Runner V2 backend without an engine: runner choice, source gathering, state parking, patches."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from vllm_spec_plugins.routes import PLUGIN_ATTR, mrv2_refusal, runner_choice
+
+
+def _spec(method="draft_model", plugin="medusa", **kw):
+    hf = types.SimpleNamespace(**({PLUGIN_ATTR: plugin} if plugin else {}))
+    return types.SimpleNamespace(method=method, draft_model_config=types.SimpleNamespace(hf_config=hf),
+                                 draft_sample_method=kw.pop("draft_sample_method", "greedy"),
+                                 enable_adaptive_verification=kw.pop("enable_adaptive_verification", False), **kw)
+
+
+def test_plugin_drafters_are_served_by_mrv2_by_default():
+    assert mrv2_refusal(_spec(), env={}) is None
+    assert mrv2_refusal(_spec("eagle3", "eagle"), env={}) is None
+    assert mrv2_refusal(_spec(plugin=None), env={"VLLM_SPEC_PLUGINS_RUNNER": "v1"}) is None  # not ours
+
+
+def test_runner_v1_keeps_plugin_drafters_on_v1():
+    why = mrv2_refusal(_spec(), env={"VLLM_SPEC_PLUGINS_RUNNER": "V1"})
+    assert why == ("vllm-spec-plugins drafter 'medusa' (VLLM_SPEC_PLUGINS_RUNNER=v1 keeps plugin drafters on the V1 "
+                   "model runner)")
+
+
+def test_an_unknown_runner_value_is_refused_naming_the_variable():
+    with pytest.raises(ValueError, match=r"VLLM_SPEC_PLUGINS_RUNNER='v3' is not one of auto, v1"):
+        runner_choice({"VLLM_SPEC_PLUGINS_RUNNER": "v3"})
+    assert runner_choice({}) == "auto" and runner_choice({"VLLM_SPEC_PLUGINS_RUNNER": " Auto "}) == "auto"
+
+
+def test_heads_drafters_needing_draft_logits_go_to_v1_with_the_reason():
+    why = mrv2_refusal(_spec(draft_sample_method="probabilistic"), env={})
+    assert "heads drafter 'medusa' with draft_sample_method='probabilistic'" in why
+    assert "adaptive_verification" in mrv2_refusal(_spec(enable_adaptive_verification=True), env={})
+    pc = types.SimpleNamespace(prefill_context_parallel_size=2)
+    assert "prefill context parallelism" in mrv2_refusal(_spec(), pc, env={})
+    # attention drafters sample in vLLM's loop (logits are vLLM's): served
+    assert mrv2_refusal(_spec("eagle", "eagle", draft_sample_method="probabilistic"), pc, env={}) is None
+
+
+def test_a_vllm_without_mrv2_speculators_keeps_v1(monkeypatch):
+    import vllm_spec_plugins.routes as routes
+
+    monkeypatch.setattr(routes, "has_mrv2_backend", lambda: False)
+    assert "no Model Runner V2 speculator interface" in routes.mrv2_refusal(_spec(), env={})
+
+
+# -- source gathering (the same arithmetic as MRV2's prepare_prefill_inputs kernel) ----------------
+
+
+class _Gatherer:
+    """Just what Mrv2Runtime._gather needs."""
+
+    def __init__(self, max_reqs=4):
+        from vllm_spec_plugins.runtime.mrv2 import Mrv2Runtime
+
+        self.__class__ = type("G", (_Gatherer, Mrv2Runtime), {})
+        self.next_ids = torch.zeros(max_reqs, dtype=torch.int32)
+        self.last_rows = torch.zeros(max_reqs, dtype=torch.int64)
+        self.wants_sampled = True
+        self._sampled = None
+
+
+def test_gather_last_rows_next_tokens_and_sampled():
+    """Three requests: a partial prefill (5 tokens, no token sampled), a decode row with 2 drafts of which
+    1 was rejected, a plain decode row. Request slots 2, 0, 3."""
+    g = _Gatherer()
+    batch = types.SimpleNamespace(num_reqs=3, num_tokens=9, idx_mapping=torch.tensor([2, 0, 3]),
+                                  query_start_loc=torch.tensor([0, 5, 8, 9], dtype=torch.int32),
+                                  req_ids=["a", "b", "c"], input_ids=torch.arange(9, dtype=torch.int32),
+                                  positions=torch.arange(9))
+    num_sampled = torch.tensor([0, 2, 1], dtype=torch.int32)
+    num_rejected = torch.tensor([0, 1, 0], dtype=torch.int32)
+    last_sampled = torch.tensor([[99], [0], [0], [31]])  # by slot
+    next_prefill = torch.tensor([[0, 0, 15, 0]], dtype=torch.int32)  # [lookahead, max_reqs], by slot
+    g._sampled = torch.tensor([[7, 8, 9], [98, 99, 5], [31, 4, 4]])
+    B, T, last = g._gather(batch, torch.zeros(9, 2), None, num_sampled, num_rejected, last_sampled, next_prefill)
+    assert (B, T) == (3, 9)
+    assert last.tolist() == [4, 6, 8]
+    assert g.next_ids[:3].tolist() == [15, 99, 31]
+    assert g._step["sampled_token_ids"].tolist() == [[-1, -1, -1], [98, 99, -1], [31, -1, -1]]
+    assert g._step["sampled_token_ids"].dtype == torch.int32
+    assert g._step["valid_count"] is num_sampled and g._step["req_ids"] == ["a", "b", "c"]
+
+
+# -- carried state: parked on preemption, restored or reset, freed on finish -----------------------
+
+
+def _stateful(on_preempt="keep"):
+    from vllm_spec_plugins.runtime.mrv2 import Mrv2Runtime
+    from vllm_spec_plugins.runtime.state import StatePool
+
+    r = Mrv2Runtime.__new__(Mrv2Runtime)
+    r.pool = StatePool([("h", (2,), torch.float32, 0.0, on_preempt)], 4, torch.device("cpu"))
+    r._reset_on_preempt = ["h"] if on_preempt == "reset" else []
+    r._parked = set()
+    r.slot_map = torch.full((4,), -1, dtype=torch.int64)
+    return r
+
+
+def _states(index):
+    return types.SimpleNamespace(req_id_to_index=index)
+
+
+@pytest.mark.parametrize("policy,expect", [("keep", [5.0, 5.0]), ("reset", [0.0, 0.0])])
+def test_preempted_state_is_parked_then_restored_or_reset(policy, expect):
+    r = _stateful(policy)
+    r.on_requests_added(["a", "b"], _states({"a": 0, "b": 1}))
+    slot_a = int(r.slot_map[0])
+    r.pool.tensors["h"][slot_a] = 5.0
+    r.on_requests_finished(set(), {"a"})  # MRV2 frees slot 0
+    assert len(r.pool) == 2 and r._parked == {"a"}
+    r.on_requests_added(["a"], _states({"b": 1, "a": 3}))  # back as a new request, another slot
+    assert int(r.slot_map[3]) == slot_a and r._parked == set()
+    assert r.pool.tensors["h"][slot_a].tolist() == expect
+    r.on_requests_finished({"a", "b"}, set())
+    assert len(r.pool) == 0
+
+
+def test_a_parked_request_that_is_aborted_frees_its_state():
+    r = _stateful()
+    r.on_requests_added(["a"], _states({"a": 0}))
+    r.on_requests_finished(set(), {"a"})
+    r.on_requests_finished({"a"}, set())  # aborted while preempted
+    assert len(r.pool) == 0 and r._parked == set()
+
+
+# -- the patches ---------------------------------------------------------------------------------
+
+
+def test_init_speculator_rebinding_delegates_for_other_specs_and_is_idempotent():
+    from vllm_spec_plugins.patch import model_runner_v2 as p
+
+    calls = []
+
+    def original(vllm_config, device, req_states):
+        calls.append(vllm_config)
+        return "vllm's"
+
+    cls = type("GPUModelRunner", (), {"__init__": lambda self, *a, **k: None,
+                                      "finish_requests": lambda self, so: None,
+                                      "add_requests": lambda self, so: None,
+                                      "postprocess_sampled": lambda self, *a, **k: None})
+    mod = types.SimpleNamespace(init_speculator=original, GPUModelRunner=cls)
+    p.patch_module(mod)
+    first = mod.init_speculator
+    p.patch_module(mod)
+    assert mod.init_speculator is first and first.__wrapped__ is original
+    cfg = types.SimpleNamespace(speculative_config=_spec(plugin=None))
+    assert mod.init_speculator(cfg, "cpu", None) == "vllm's" and calls == [cfg]
+    assert p.is_plugin_spec(_spec()) and p.is_plugin_spec(_spec("eagle3", "eagle"))
+    assert not p.is_plugin_spec(_spec("ngram"))
+
+
+# -- the test kit's MRV2 stand-in --------------------------------------------------------------------
+
+
+def test_fake_triton_backend_is_discoverable_only_on_its_path():
+    from vllm_spec_plugins.testing.mrv2 import fake_triton_site, mrv2_env, runner_env
+
+    site = fake_triton_site()
+    eps = [ep for ep in importlib.metadata.entry_points(group="triton.backends")
+           if ep.dist is not None and str(site) in str(getattr(ep.dist, "_path", ""))]
+    assert not eps  # not in this process's environment
+    env = mrv2_env("/x")
+    assert env["PYTHONPATH"] == site + ":/x" and env["TRITON_INTERPRET"] == "1"
+    assert runner_env("v1") == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    with pytest.raises(ValueError):
+        runner_env("v3")
+    code = ("import importlib.metadata as m; print(sorted(e.name for e in m.entry_points(group='triton.backends')"
+            " if e.value == 'vsp_fake_triton_cpu'))")
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": site}, capture_output=True, text=True)
+    assert out.stdout.strip() == "['cpu']", out.stderr
+
+
+def test_setup_never_installs_the_fake_backend():
+    names = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    assert "vsp_fake_triton_cpu" not in names
+
+
+def _doctor_line(env):
+    import os
+
+    out = subprocess.run([sys.executable, "-m", "vllm_spec_plugins", "doctor"], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=300)
+    return [ln for ln in out.stdout.splitlines() if "model runner:" in ln]
+
+
+def test_doctor_says_which_runner_plugin_drafters_get():
+    from vllm_spec_plugins.testing.mrv2 import mrv2_env
+
+    env = mrv2_env()
+    env.pop("VLLM_USE_V2_MODEL_RUNNER")  # vLLM's own default, with Triton usable
+    assert _doctor_line(env) == ["  INFO  model runner: Model Runner V2 for engines with plugin drafters: vLLM's "
+                                 "default runner; the shim's MRV2 backend serves heads and attention drafters"]
+    plain = _doctor_line({"VLLM_USE_V2_MODEL_RUNNER": ""})
+    assert len(plain) == 1 and "the V1 model runner" in plain[0] and "Triton has no backend" in plain[0]
+    assert "VLLM_SPEC_PLUGINS_RUNNER=v1 keeps" in _doctor_line({**env, "VLLM_SPEC_PLUGINS_RUNNER": "v1"})[0]

@@ -1,0 +1,97 @@
+"""Model Runner V2 patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry (13-17).
+
+All thin: they build the plugin speculator and hand request events to it
+(:mod:`vllm_spec_plugins.runtime.mrv2`); no plugin logic lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ._util import when_imported, wrap_method
+from .config import ATTENTION_METHODS, plugin_of
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+MODULE = "vllm.v1.worker.gpu.model_runner"
+
+
+def _plugin_speculator(runner: Any) -> Any:
+    from ..runtime.mrv2 import Mrv2Runtime
+
+    spec = getattr(runner, "speculator", None)
+    return spec if isinstance(spec, Mrv2Runtime) else None
+
+
+def is_plugin_spec(spec: Any) -> bool:
+    return bool(spec is not None and plugin_of(spec) and spec.method in ("draft_model", *ATTENTION_METHODS))
+
+
+def _init_speculator_wrap(original):
+    def init_speculator(vllm_config, device, req_states):
+        if not is_plugin_spec(vllm_config.speculative_config):
+            return original(vllm_config, device, req_states)
+        from ..runtime.mrv2 import make_speculator
+
+        return make_speculator(vllm_config, device, req_states)
+
+    init_speculator.__wrapped__ = original
+    init_speculator.__vsp_patched__ = True
+    return init_speculator
+
+
+def _init_wrap(original):
+    def __init__(self, vllm_config, device, *args, **kwargs):
+        original(self, vllm_config, device, *args, **kwargs)
+        spec = _plugin_speculator(self)
+        if spec is not None and spec.needs_aux_hidden_states:
+            self.use_aux_hidden_state_outputs = True  # MRV2 turns it on for 4 method names only
+
+    return __init__
+
+
+def _finish_wrap(original):
+    def finish_requests(self, scheduler_output):
+        spec = _plugin_speculator(self)
+        if spec is not None:
+            spec.on_requests_finished(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
+        return original(self, scheduler_output)
+
+    return finish_requests
+
+
+def _add_wrap(original):
+    def add_requests(self, scheduler_output):
+        out = original(self, scheduler_output)
+        spec = _plugin_speculator(self)
+        if spec is not None and scheduler_output.scheduled_new_reqs:
+            spec.on_requests_added([r.req_id for r in scheduler_output.scheduled_new_reqs], self.req_states)
+        return out
+
+    return add_requests
+
+
+def _postprocess_wrap(original):
+    def postprocess_sampled(self, idx_mapping, sampled_tokens, *args, **kwargs):  # 0.33 adds draft_tokens
+        spec = _plugin_speculator(self)
+        if spec is not None and spec.wants_sampled:
+            spec.keep_sampled(sampled_tokens)
+        return original(self, idx_mapping, sampled_tokens, *args, **kwargs)
+
+    return postprocess_sampled
+
+
+def patch_module(mr: Any) -> None:
+    if not getattr(mr.init_speculator, "__vsp_patched__", False):
+        mr.init_speculator = _init_speculator_wrap(mr.init_speculator)
+    cls = mr.GPUModelRunner
+    wrap_method(cls, "__init__", _init_wrap)
+    wrap_method(cls, "finish_requests", _finish_wrap)
+    wrap_method(cls, "add_requests", _add_wrap)
+    wrap_method(cls, "postprocess_sampled", _postprocess_wrap)
+
+
+def apply_when_imported() -> None:
+    """Patch MRV2's ``GPUModelRunner`` when vLLM imports it (only worker processes that run MRV2 do)."""
+    when_imported(MODULE, patch_module)

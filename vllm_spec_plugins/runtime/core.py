@@ -1,0 +1,482 @@
+"""What every plugin drafter needs, whichever model runner calls it (worker processes only).
+
+The runner-independent half of the shim's runtime: the bindings of the plugin's forward
+and state-carry hook, the static buffers allocated before warm-up or graph capture, the
+carried-state pool and its checks, the fault guard, the start-up trial forward and the
+trace. Two thin front ends feed it: :mod:`.proposer` (vLLM's V1 model runner, its
+``propose`` arguments) and :mod:`.mrv2` (Model Runner V2, its ``BaseSpeculator.propose``
+arguments). Each front end fills ``self._step`` (``hidden_states``, ``aux_hidden_states``,
+``valid_count``, ``req_ids``, ``sampled_token_ids``, ``target_token_ids``, ``num_rejected``,
+``query_start_loc``) and implements :meth:`DrafterRuntime._state_index`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+import torch
+
+from vllm.forward_context import set_forward_context
+
+from .._names import ENV_TRACE_DIR
+from ..api import Drafter, Source
+from ..errors import PluginContractError, PluginLoadError
+from ..manager import get_host
+from ..routes import ARCH_ATTR, PLUGIN_ATTR
+from . import trace
+from .guard import DraftGuard
+from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
+from .state import TOKEN_SOURCES, StatePool, fill_token_source, resolve_inits, sees_tokens
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+
+def drafter_for(vllm_config: Any) -> Drafter:
+    hf = vllm_config.speculative_config.draft_model_config.hf_config
+    name, arch = getattr(hf, PLUGIN_ATTR), getattr(hf, ARCH_ATTR)
+    host = get_host()
+    info = host.plugins.get(name)
+    if info is not None and info.error:
+        raise host.load_error(info)
+    d = host.find(name, arch)
+    if d is None:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: the engine was configured with plugin {name!r} for architecture {arch!r}, "
+            f"but this worker process (pid {os.getpid()}) did not load it. Make sure the plugin is installed "
+            f"in the environment of every vLLM process and allowed by VLLM_SPEC_PLUGINS.", plugin_name=name)
+    return d
+
+
+def _import_class(d: Drafter) -> type:
+    mod, _, name = d.model_class.partition(":")
+    try:
+        module = importlib.import_module(mod)
+    except Exception as e:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, "
+            f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
+            f"{d.display_dist}, or install what it needs.", plugin_name=d.name, dist=d.display_dist) from e
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise PluginLoadError(
+            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, but "
+            f"module {mod!r} has no attribute {name!r}. Fix the Drafter(model_class=...) of the plugin.",
+            plugin_name=d.name, dist=d.display_dist)
+    return cls
+
+
+def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    if name == "model":
+        return model_dtype
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise PluginContractError(f"vllm_spec_plugins: unknown dtype {name!r}")
+    return dt
+
+
+
+class DrafterRuntime:
+    """Bindings, static buffers, carried state, guard, trial forward and trace of one plugin drafter.
+
+    A mixin of both runners' front ends (placed before the vLLM class in the MRO). The
+    host class provides ``vllm_config``, ``draft_model_config``, ``max_num_tokens``,
+    ``num_speculative_tokens`` and, once loaded, ``model``.
+    """
+
+    needs_aux_hidden_states = False
+
+    def _setup_plugin(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter, *,
+                      request_rows: int, loop_inputs: tuple[str, ...] = ()) -> None:
+        self.runner = runner
+        self.drafter = drafter
+        self.model_cls = _import_class(drafter)
+        hf = self.draft_model_config.hf_config
+        aux_ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or []
+        common = dict(hf_config=hf, hidden_size=vllm_config.model_config.get_hidden_size(), num_aux=len(aux_ids),
+                      num_spec_tokens=self.num_speculative_tokens)
+        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True, loop_inputs=loop_inputs,
+                                     **common)
+        self.update_bindings: list[Binding] = []
+        if drafter.state:
+            update = getattr(self.model_cls, drafter.update_state, None)
+            if update is None:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) declares carried state "
+                    f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
+                    f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
+            self.update_bindings = bind(drafter, update, state_params=True, **common)
+        self.needs_aux_hidden_states = needs_aux(self.forward_bindings + self.update_bindings)
+        if self.needs_aux_hidden_states and not aux_ids:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) asks for aux hidden states "
+                f"but declares no aux_layer_ids config key", plugin_name=drafter.name, dist=drafter.display_dist)
+
+        self.max_reqs = vllm_config.scheduler_config.max_num_seqs
+        model_dtype = vllm_config.model_config.dtype
+        self.buffers: dict[Any, torch.Tensor] = {}
+        for b in self.forward_bindings + self.update_bindings:
+            if b.source is None or b.key in self.buffers:
+                continue
+            rows = self.max_num_tokens if b.source.rows == "token" else request_rows
+            self.buffers[b.key] = torch.zeros((rows, *b.shape), dtype=_dtype(b.dtype, model_dtype), device=device)
+        self.pool: StatePool | None = None
+        self._reset_on_preempt: list[str] = []
+        if drafter.state:
+            specs = []
+            for s in drafter.state:
+                shape = resolve_shape(drafter, hf, s.shape, f"state {s.name!r}")
+                dtype = _dtype(s.dtype, model_dtype)
+                specs.append((s.name, shape, dtype, 0.0 if isinstance(s.init, str) else float(s.init), s.on_preempt))
+                self.buffers.setdefault(("state", s.name), torch.zeros((request_rows, *shape), dtype=dtype,
+                                                                       device=device))
+            self.pool = StatePool(specs, 2 * self.max_reqs, device)
+            self._reset_on_preempt = [s.name for s in drafter.state if s.on_preempt == "reset"]
+            self._state_init_attrs = {s.name: s.init for s in drafter.state if isinstance(s.init, str)}
+            self._hook_sees_tokens = sees_tokens(self.update_bindings)
+            self.slot_index = torch.zeros(self.max_reqs, dtype=torch.int64, device=device)
+        self._step: dict[str, Any] = {}
+        self.target_hidden_size = vllm_config.model_config.get_hidden_size()
+        self.target_vocab_size = vllm_config.model_config.get_vocab_size()
+        self.guard = DraftGuard(drafter, model_class=drafter.model_class, checkpoint=str(self.draft_model_config.model),
+                                vocab_size=self.target_vocab_size, device=device,
+                                async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
+        self._trace_dir = os.environ.get(ENV_TRACE_DIR)
+        self._trace_n = 0
+
+    # -- inputs ----------------------------------------------------------------
+
+    def _kwargs(self, bindings: list[Binding], rows: int, tokens: int) -> dict[str, torch.Tensor]:
+        return {b.param: self.buffers[b.key][: tokens if b.source.rows == "token" else rows]
+                for b in bindings if b.source is not None}
+
+    def _prepare_step(self, B: int, T: int, next_token_ids: torch.Tensor, target_positions: torch.Tensor,
+                      idx: torch.Tensor) -> None:
+        """Fill every requested buffer for this step, then carry the state (before the forward)."""
+        step = self._step
+        buf = self.buffers
+        hidden = step.get("hidden_states")
+        valid = step.get("valid_count")
+        for key in {b.key for b in self.forward_bindings + self.update_bindings if b.source is not None}:
+            if key == Source.TARGET_HIDDEN_LAST:
+                torch.index_select(hidden, 0, idx, out=buf[key][:B])
+            elif key == Source.TARGET_HIDDEN_ALL:
+                buf[key][:T].copy_(hidden[:T])
+            elif key in (Source.AUX_HIDDEN_LAST, Source.AUX_HIDDEN_ALL):
+                aux = step["aux_hidden_states"]
+                width = aux[0].shape[-1]
+                for i, h in enumerate(aux):
+                    dst = buf[key][:, i * width:(i + 1) * width]
+                    if key == Source.AUX_HIDDEN_LAST:
+                        dst[:B].copy_(h.index_select(0, idx))
+                    else:
+                        dst[:T].copy_(h[:T])
+            elif key == Source.NEXT_TOKEN_IDS:
+                buf[key][:B].copy_(next_token_ids[:B])
+            elif key == Source.POSITIONS_LAST:
+                pos = target_positions[0] if target_positions.dim() == 2 else target_positions
+                buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+            elif key == Source.NUM_NEW_TOKENS:
+                buf[key][:B].copy_(valid[:B])
+            elif key == Source.NUM_ACCEPTED:
+                buf[key][:B].copy_((valid[:B] - 1).clamp_(min=0))
+            elif key in TOKEN_SOURCES:
+                fill_token_source(key, buf[key], step, B, T)
+            elif key == Source.SAMPLED_TOKEN_IDS:
+                s = step["sampled_token_ids"]
+                c = min(s.shape[1], buf[key].shape[1])
+                buf[key][:B].fill_(-1)
+                buf[key][:B, :c].copy_(s[:B, :c])
+        if self.pool is not None:
+            self._carry_state(B, T)
+
+    def _carry_state(self, B: int, T: int) -> None:
+        pool = self.pool
+        assert pool is not None
+        idx = self._state_index(B)
+        for name in pool.tensors:
+            torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
+        if self._state_init_attrs:  # API 2: state initialised from a model attribute, read once
+            resolve_inits(pool, self.model, self._state_init_attrs, self.drafter)
+            self._state_init_attrs = {}
+            for name in pool.tensors:
+                torch.index_select(pool.tensors[name], 0, idx, out=self.buffers[("state", name)][:B])
+        if not self.update_bindings:
+            return
+        d = self.drafter
+        ok, new = self.guard.run(f"the state-carry hook {d.model_class}.{d.update_state}()",
+                                 self._checked_update, B, T)
+        if not ok:
+            return
+        keep = self._step["valid_count"][:B] > 0
+        if self._hook_sees_tokens:  # API 2: a hook reading scheduled tokens folds partial-prefill rows too
+            keep = torch.ones_like(keep)
+        for name, value in new.items():
+            cur = self.buffers[("state", name)][:B]
+            mask = keep.view(B, *([1] * (cur.dim() - 1)))
+            cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
+            pool.tensors[name].index_copy_(0, idx, cur)
+
+    def _checked_update(self, B: int, T: int) -> dict[str, torch.Tensor]:
+        """Call the state-carry hook; check what it returned against the declared state."""
+        d = self.drafter
+        pool = self.pool
+        assert pool is not None
+        hook_kwargs = self._kwargs(self.update_bindings, B, T)
+        if self._trace_dir:
+            self._trace_hook = {"hook_inputs": trace.copy_tensors(hook_kwargs)}
+        new = getattr(self.model, d.update_state)(**hook_kwargs)
+        if not isinstance(new, dict) or set(new) != set(pool.tensors):
+            got = sorted(new) if isinstance(new, dict) else type(new).__name__
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() must "
+                f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
+        if self._trace_dir:
+            self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
+        for name, value in new.items():
+            cur = self.buffers[("state", name)][:B]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(cur.shape):
+                got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} returned by "
+                    f"{d.update_state}() has shape {got}, expected {list(cur.shape)}",
+                    plugin_name=d.name, dist=d.display_dist)
+        return new
+
+    # -- start-up check ----------------------------------------------------------
+
+    def _load_error(self, what: str, exc: BaseException | None = None) -> PluginLoadError:
+        d = self.drafter
+        hf = self.draft_model_config.hf_config
+        cause = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+        return PluginLoadError(
+            f"vllm_spec_plugins: draft '{self.draft_model_config.model}' (plugin {d.name!r}, {d.display_dist}, "
+            f"model class {d.model_class}) {what}{cause}. Expected a draft for this target: hidden_size "
+            f"{self.target_hidden_size} and vocab_size {self.target_vocab_size} (the target's); found in the "
+            f"draft config: hidden_size {getattr(hf, 'hidden_size', None)}, vocab_size "
+            f"{getattr(hf, 'vocab_size', None)}. Use a draft trained for this target, or fix its config.json.",
+            plugin_name=d.name, dist=d.display_dist)
+
+    def _trial(self, run: Any) -> None:
+        """Run ``run()`` once at load (one trial forward on the static buffers); refuse the draft if it fails."""
+        try:
+            with torch.inference_mode():
+                run()
+        except PluginLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._load_error("failed its trial forward at start-up", e) from e
+
+    def _state_index(self, B: int) -> torch.Tensor:
+        """The carried-state pool slot of each of the step's first ``B`` requests, on the device."""
+        raise NotImplementedError
+
+    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> None:
+        trace.save_record(self, B, T, drafts, extra)  # schema: runtime/trace.py, docs/trace.md
+        self._trace_n += 1
+
+
+
+
+class HeadsRuntime(DrafterRuntime):
+    """A ``heads`` drafter: one forward per step over one row per request (both runners)."""
+
+    def _bind_and_trial(self, target_model: torch.nn.Module) -> None:
+        bind_target = getattr(self.model, "bind_target", None)
+        if bind_target is not None:
+            bind_target(target_model)
+        self._trial(self._trial_heads)
+
+    def _dummy_counts(self, rows: int, tokens: int) -> None:
+        """Make the per-request scheduled-token counts of dummy inputs add up to their token rows
+        (a hook folding ``TOKEN_IDS_ALL`` by ``NUM_SCHEDULED_TOKENS`` relies on it)."""
+        buf = self.buffers.get(Source.NUM_SCHEDULED_TOKENS)
+        if buf is None:
+            return
+        buf.zero_()
+        buf[:rows].fill_(tokens // rows)
+        buf[0] += tokens - rows * (tokens // rows)
+
+    def _trial_heads(self) -> None:
+        """State-carry hook and forward on one row of the static buffers; the drafts must be target ids."""
+        k = self.num_speculative_tokens
+        self._dummy_counts(1, 1)
+        with set_forward_context(None, self.vllm_config, num_tokens=1):
+            if self.update_bindings:
+                self._checked_update(1, 1)
+            out = self.model(**self._kwargs(self.forward_bindings, 1, 1))
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3 \
+                and out.shape[-1] > self.target_vocab_size:
+            raise self._load_error(f"returns logits over {out.shape[-1]} tokens, more than the target's vocabulary")
+        drafts = self._to_drafts(out, 1, k)
+        top = int(drafts.max()) if drafts.numel() else 0
+        low = int(drafts.min()) if drafts.numel() else 0
+        if low < 0 or top >= self.target_vocab_size:
+            raise self._load_error(f"proposed draft token id {top if top >= self.target_vocab_size else low} "
+                                   f"in its trial forward, outside the target's vocabulary [0, "
+                                   f"{self.target_vocab_size})")
+
+    def _dummy_forward(self, rows: int, tokens: int) -> None:
+        """State-carry hook and forward on the static buffers, writing no state (vLLM's warm-up runs)."""
+        self._dummy_counts(rows, tokens)
+        with set_forward_context(None, self.vllm_config, num_tokens=rows):
+            if self.update_bindings:
+                getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
+            self.model(**self._kwargs(self.forward_bindings, rows, tokens))
+
+    def _forward_drafts(self, B: int, T: int, k: int) -> torch.Tensor:
+        with set_forward_context(None, self.vllm_config, num_tokens=B):
+            out = self.model(**self._kwargs(self.forward_bindings, B, T))
+        return self._to_drafts(out, B, k)
+
+    def _to_drafts(self, out: Any, B: int, k: int) -> torch.Tensor:
+        d = self.drafter
+        if not isinstance(out, torch.Tensor):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned "
+                f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
+                f"[num_reqs, k, vocab]", plugin_name=d.name, dist=d.display_dist)
+        if out.is_floating_point():
+            if out.dim() != 3:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned a float tensor of "
+                    f"shape {list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]",
+                    plugin_name=d.name, dist=d.display_dist)
+            out = out.argmax(dim=-1)
+        if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned shape "
+                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]",
+                plugin_name=d.name, dist=d.display_dist)
+        return out[:, :k].to(torch.int64)
+
+
+#: What vLLM's EAGLE loop passes to the draft model itself, in every pass.
+LOOP_INPUTS = ("input_ids", "positions", "hidden_states", "inputs_embeds")
+
+
+class AttentionDrafterAdapter(torch.nn.Module):
+    """What vLLM's EAGLE loop calls as ``self.model``: calls the plugin model with only what it asks for.
+
+    The loop passes ``input_ids``, ``positions``, ``hidden_states`` and ``inputs_embeds``;
+    the plugin's forward receives those of them it names, plus its declared
+    request-row extra inputs and state. In the first pass (one row per scheduled
+    token) those are expanded to the tokens of each request; in later passes
+    (one row per request) they are passed as they are. Everything else (``compute_logits``,
+    ``embed_input_ids``, ``lm_head``, ``model``...) is the plugin model's own.
+    """
+
+    def __init__(self, inner: torch.nn.Module, proposer: AttentionRuntime) -> None:
+        super().__init__()
+        self.inner = inner
+        object.__setattr__(self, "_proposer", proposer)  # not a submodule
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["inner"], name)
+
+    def forward(self, input_ids=None, positions=None, hidden_states=None, inputs_embeds=None):
+        p = self._proposer
+        loop = {"input_ids": input_ids, "positions": positions, "hidden_states": hidden_states,
+                "inputs_embeds": inputs_embeds}
+        rows = next(t for t in (input_ids, inputs_embeds, hidden_states) if t is not None).shape[0]
+        kwargs = {}
+        for b in p.forward_bindings:
+            if b.source is None:
+                kwargs[b.param] = loop[b.param]
+            elif p.pass_index == 0:  # rows are tokens: give each token its request's row
+                exp = p.expanded[b.key][:rows]
+                torch.index_select(p.buffers[b.key], 0, p.token_request[:rows], out=exp)
+                kwargs[b.param] = exp
+            else:
+                kwargs[b.param] = p.buffers[b.key][:rows]
+        p.pass_index += 1
+        out = self.inner(**kwargs)
+        if isinstance(out, torch.Tensor):
+            return out, out
+        return out
+
+
+
+
+class AttentionRuntime(DrafterRuntime):
+    """An ``attention`` drafter: run inside vLLM's multi-step EAGLE loop behind
+    :class:`AttentionDrafterAdapter` (both runners).
+
+    The adapter reads ``pass_index`` (0: the first pass, one row per scheduled token; 1 and
+    later: one row per request) and ``token_request`` (the request row of each token row).
+    """
+
+    def _setup_attention(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter) -> None:
+        rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs
+        self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows, loop_inputs=LOOP_INPUTS)
+        self.combines_target_layers = bool(drafter.aux_layer_ids)
+        if self.combines_target_layers and not callable(getattr(self.model_cls, "combine_hidden_states", None)):
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafter "
+                f"{drafter.model_class} declares aux_layer_ids={drafter.aux_layer_ids!r}, so vLLM's loop feeds it "
+                f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
+                f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
+                plugin_name=drafter.name, dist=drafter.display_dist)
+        bad = token_rows(self.forward_bindings)
+        if bad:
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafters get "
+                f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
+                f"token-row sources", plugin_name=drafter.name, dist=drafter.display_dist)
+        self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
+                         if b.source is not None}
+        self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
+        self.token_arange = torch.arange(self.max_num_tokens, dtype=torch.int64, device=device)
+        self.pass_index = 0
+
+    def _wrap_loaded_model(self) -> None:
+        """After vLLM loaded the plugin model (embedding / lm_head sharing are vLLM's): wrap it, check it."""
+        self.model = AttentionDrafterAdapter(self.model, self)
+        if not self.combines_target_layers and self.hidden_size != self.target_hidden_size:
+            raise self._load_error(f"has hidden size {self.hidden_size}; vLLM's EAGLE loop feeds it the target's "
+                                   f"hidden states of size {self.target_hidden_size}")
+
+    def _set_token_request(self, query_start_loc: torch.Tensor, B: int, T: int) -> None:
+        """``token_request[t]``: the request row of token row ``t`` (on the device, no host sync)."""
+        if not self.expanded:
+            return
+        qsl = query_start_loc[1:B + 1]
+        tokens = self.token_arange[:T].to(qsl.dtype)
+        self.token_request[:T].copy_(torch.searchsorted(qsl, tokens, right=True).clamp_(max=B - 1))
+
+    def _trial_attention(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> None:
+        """One pass of the plugin model on one row of static buffers (no attention metadata, as in vLLM's
+        warm-up)."""
+        if self.combines_target_layers:
+            n = len(getattr(self.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids", None) or []) or 3
+            combined = self.model.combine_hidden_states(
+                torch.zeros((1, n * self.target_hidden_size), dtype=hidden.dtype, device=hidden.device))
+            if combined.shape[-1] != self.hidden_size:
+                raise self._load_error(f"combine_hidden_states() returned shape {list(combined.shape)}, expected "
+                                       f"[num_tokens, {self.hidden_size}]")
+        if self.update_bindings:
+            with set_forward_context(None, self.vllm_config, num_tokens=1):
+                self._checked_update(1, 1)
+        self.pass_index = 1  # request rows: no expansion
+        with set_forward_context(None, self.vllm_config, num_tokens=1):
+            out = self.model(input_ids=input_ids, positions=positions, hidden_states=hidden, inputs_embeds=None)
+            h = out[0] if isinstance(out, tuple) else out
+            logits = self.model.compute_logits(h)
+        self.pass_index = 0
+        if logits is not None and logits.shape[-1] > self.target_vocab_size:
+            raise self._load_error(f"returns logits over {logits.shape[-1]} tokens, more than the target's "
+                                   f"vocabulary")
+
+    def _check_combined(self, combined: torch.Tensor) -> None:
+        if combined.shape[-1] != self.hidden_size:
+            d = self.drafter
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}."
+                f"combine_hidden_states() returned shape {list(combined.shape)}; expected "
+                f"[num_tokens, {self.hidden_size}] (the draft's hidden size)", plugin_name=d.name,
+                dist=d.display_dist)

@@ -1,0 +1,275 @@
+"""The plugin drafters vLLM's Model Runner V2 (MRV2) calls (worker processes only; imports vLLM).
+
+The MRV2 front end of the runtime (:mod:`.core`), built by the shim's ``init_speculator``
+(:mod:`vllm_spec_plugins.patch.model_runner_v2`) in place of vLLM's own speculators:
+
+* :class:`PluginHeadsSpeculator` (``heads`` drafters) subclasses MRV2's
+  ``DraftModelSpeculator``: no draft layers, no draft KV cache, one forward per step;
+* :class:`PluginEagleSpeculator` (``attention`` drafters) subclasses MRV2's
+  ``EagleSpeculator``: draft KV cache, attention metadata, slot mappings, sampling, the
+  per-step ``k`` and CUDA graphs stay vLLM's; the plugin model runs behind the same
+  :class:`~.core.AttentionDrafterAdapter` as on V1.
+
+MRV2's ``propose`` receives what the V1 runner had to be patched for: the target's hidden
+states of every scheduled token, its aux layers, and per request ``num_sampled`` /
+``num_rejected``. Every source is gathered here from those arguments with tensor ops on the
+device (no host sync, fixed shapes: capturable). Request state lives in the runtime's pool;
+MRV2's request slots (``input_batch.idx_mapping``) are stable while a request lives, so
+the pool slot of each is kept in a device table indexed by that slot (``slot_map``), written
+when a request is added, outside ``propose``. MRV2 frees a preempted request's slot and
+sends the request back as a new one: its state is parked under its request id and restored
+(``on_preempt="keep"``) or re-initialised (``"reset"``) when it returns.
+
+Only the sampled tokens are not a ``propose`` argument: the runner's
+``postprocess_sampled`` (called just before) is wrapped to keep them for drafters that
+read ``Source.SAMPLED_TOKEN_IDS``.
+
+CUDA graphs: heads drafters run eagerly, as vLLM's own ``StandaloneARSpeculator`` does
+(``init_cudagraph_manager`` and ``capture`` do nothing); every input already sits in a static
+buffer, so a graph per batch size can be added. Attention drafters get vLLM's graph
+handling; the adapter's token-row/request-row switch is set from the lifecycle hooks
+(``on_prefill_begin``, ``on_multi_step_decode_begin``), which fire identically at capture
+and at replay. Verified on CPU only (Triton interpreter): see docs/model-runner-v2.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from vllm.compilation.backends import set_model_tag
+from vllm.model_executor.model_loader import get_model
+from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+from ..api import Drafter, Source
+from .core import AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for
+
+logger = logging.getLogger("vllm.spec_plugins")
+
+
+def make_speculator(vllm_config: Any, device: torch.device, req_states: Any = None):
+    """The plugin speculator for this engine's draft (what ``init_speculator`` returns for plugin specs)."""
+    d = drafter_for(vllm_config)
+    cls = PluginHeadsSpeculator if d.kind == "heads" else PluginEagleSpeculator
+    logger.info("vllm_spec_plugins: plugin %r (%s) runs on Model Runner V2 (%s)", d.name, d.display_dist,
+                cls.__name__)
+    return cls(vllm_config, device, drafter=d)
+
+
+class Mrv2Runtime(DrafterRuntime):
+    """MRV2's side of both plugin speculators: sources from ``propose``'s arguments, state by request slot."""
+
+    def _setup_mrv2(self, drafter: Drafter) -> None:
+        self.num_speculative_tokens = self.num_speculative_steps
+        self.slot_map = torch.zeros(self.max_num_reqs, dtype=torch.int64, device=self.device)
+        self.next_ids = torch.zeros(self.max_num_reqs, dtype=torch.int32, device=self.device)
+        self.last_rows = torch.zeros(self.max_num_reqs, dtype=torch.int64, device=self.device)
+        self._parked: set[str] = set()
+        self._sampled: torch.Tensor | None = None
+        self.wants_sampled = any(b.source is Source.SAMPLED_TOKEN_IDS
+                                 for b in self.forward_bindings + self.update_bindings)
+
+    # -- request lifecycle (from the runner patches, outside propose) ----------------
+
+    def on_requests_finished(self, finished: Any, preempted: Any) -> None:
+        """Before MRV2 frees the slots: free the state of finished requests, park that of preempted ones."""
+        if self.pool is None:
+            return
+        for req_id in finished or ():
+            self.pool.release(req_id)
+            self._parked.discard(req_id)
+        for req_id in preempted or ():
+            if req_id not in (finished or ()):
+                self._parked.add(req_id)
+
+    def on_requests_added(self, req_ids: list[str], req_states: Any) -> None:
+        """After MRV2 gave each new request a slot: restore or initialise its state, map slot -> pool slot."""
+        if self.pool is None:
+            return
+        for req_id in req_ids:
+            if req_id in self._parked:
+                self._parked.discard(req_id)
+                if self._reset_on_preempt:
+                    self.pool.reset(req_id, self._reset_on_preempt)
+            index = req_states.req_id_to_index.get(req_id)
+            if index is None:
+                continue
+            slot = self.pool.slots_for([req_id])[0]
+            self.slot_map[index] = slot
+
+    def keep_sampled(self, sampled_tokens: torch.Tensor) -> None:
+        self._sampled = sampled_tokens
+
+    def _state_index(self, B: int) -> torch.Tensor:
+        idx = self.slot_index[:B]
+        torch.index_select(self.slot_map, 0, self._step["idx_mapping"][:B], out=idx)
+        return idx
+
+    # -- sources --------------------------------------------------------------------
+
+    def _gather(self, input_batch: Any, last_hidden_states: torch.Tensor, aux_hidden_states: Any,
+                num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
+                next_prefill_tokens: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+        """Fill ``self._step`` and the next-token and last-row buffers from MRV2's ``propose`` arguments."""
+        B, T = input_batch.num_reqs, input_batch.num_tokens
+        slots = input_batch.idx_mapping[:B]
+        qsl = input_batch.query_start_loc
+        last = self.last_rows[:B]
+        # The last accepted row of each request (TDAR's last_token_indices).
+        torch.sub(qsl[1:B + 1].to(torch.int64) - 1, num_rejected[:B].to(torch.int64), out=last)
+        nxt = self.next_ids[:B]
+        prefill = next_prefill_tokens[0] if next_prefill_tokens.dim() == 2 else next_prefill_tokens
+        nxt.copy_(torch.where(num_sampled[:B] > 0, last_sampled[slots, 0].to(torch.int32),
+                              prefill[slots].to(torch.int32)))
+        sampled = None
+        if self.wants_sampled and self._sampled is not None:
+            s = self._sampled[:B]
+            cols = torch.arange(s.shape[1], device=s.device).unsqueeze(0)
+            sampled = torch.where(cols < num_sampled[:B].unsqueeze(1), s, torch.full_like(s, -1)).to(torch.int32)
+        self._step = {"hidden_states": last_hidden_states, "aux_hidden_states": aux_hidden_states,
+                      "valid_count": num_sampled, "req_ids": list(input_batch.req_ids[:B]),
+                      "sampled_token_ids": sampled, "target_token_ids": input_batch.input_ids,
+                      "num_rejected": num_rejected, "query_start_loc": qsl, "idx_mapping": slots}
+        return B, T, last
+
+    def _idle(self, out: torch.Tensor, B: int) -> torch.Tensor:
+        """Drafts once the guard turned speculation off: MRV2's scheduler has already reserved the
+        step's draft slots (as with async scheduling on V1), so they get valid ids, each request's next
+        token, verified and rejected; output is unchanged."""
+        out.copy_(self.next_ids[:B].to(out.dtype).unsqueeze(1).expand_as(out))
+        return out
+
+
+class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
+    """A ``heads`` plugin drafter on MRV2: one forward per step, one row per request, no draft KV cache."""
+
+    def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
+        DraftModelSpeculator.__init__(self, vllm_config, device)
+        self.num_speculative_tokens = self.num_speculative_steps
+        self.max_reqs = self.max_num_reqs
+        self._setup_plugin(vllm_config, device, None, drafter, request_rows=self.max_num_reqs)
+        self._setup_mrv2(drafter)
+
+    def load_draft_model(self, target_model: torch.nn.Module, target_attn_layer_names: set[str]):
+        """The plugin class through vLLM's loader, as MRV2's ``StandaloneARSpeculator`` loads a draft LM."""
+        spec = self.speculative_config
+        draft_vllm_config = replace(
+            self.vllm_config, model_config=self.draft_model_config, quant_config=None,
+            parallel_config=replace(spec.draft_parallel_config, rank=self.vllm_config.parallel_config.rank))
+        with set_model_tag("draft_model"):
+            return get_model(vllm_config=draft_vllm_config, prefix="draft_model")
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        super().load_model(target_model)
+        self._bind_and_trial(target_model)
+
+    def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
+        pass  # eager, as vLLM's StandaloneARSpeculator; inputs are static buffers (graph-ready)
+
+    def capture(self) -> None:
+        pass
+
+    @torch.inference_mode()
+    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
+                num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
+                dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
+                is_profile=False, num_speculative_tokens=None) -> torch.Tensor:
+        B, T = input_batch.num_reqs, input_batch.num_tokens
+        K = self.num_speculative_steps
+        k = K if num_speculative_tokens is None else int(num_speculative_tokens)
+        out = self.draft_tokens[:B]
+        if dummy_run:
+            if B:
+                self._dummy_forward(max(1, min(B, self.max_num_reqs)), max(1, min(T, self.max_num_tokens)))
+            out.fill_(-1)
+            return out
+        guard = self.guard
+        B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
+                                  last_sampled, next_prefill_tokens)
+        guard.poll()
+        if guard.disabled:
+            return self._idle(out, B)
+        self._prepare_step(B, T, self.next_ids[:B], input_batch.positions[:T], last)  # carries the state
+        if guard.disabled:  # the state-carry hook failed
+            return self._idle(out, B)
+        out.fill_(-1)
+        if k > 0:
+            ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T, k)
+            if not ok:
+                return self._idle(out, B)
+            out[:, :k].copy_(guard.sanitize(drafts))
+        if self._trace_dir:
+            self._trace(B, T, out[:, :k])
+        return out
+
+
+class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
+    """An ``attention`` plugin drafter on MRV2, inside vLLM's EAGLE loop (TargetDependentARSpeculator)."""
+
+    def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
+        EagleSpeculator.__init__(self, vllm_config, device)
+        self.num_speculative_tokens = self.num_speculative_steps
+        self.max_reqs = self.max_num_reqs
+        self._setup_attention(vllm_config, device, None, drafter)
+        self._setup_mrv2(drafter)
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        super().load_model(target_model)  # vLLM's: load_eagle_model, draft layers, embedding / lm_head sharing
+        self._wrap_loaded_model()
+        self._trial(lambda: self._trial_attention(self.input_buffers.input_ids[:1], self.input_buffers.positions[:1],
+                                                  self.hidden_states[:1]))
+
+    # The adapter's row layout follows vLLM's loop phases (identical at capture and replay).
+    def on_prefill_begin(self, num_reqs: int) -> None:
+        self.pass_index = 0
+
+    def on_multi_step_decode_begin(self, num_reqs: int) -> None:
+        self.pass_index = 1
+
+    @torch.inference_mode()
+    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
+                num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
+                dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
+                is_profile=False, num_speculative_tokens=None) -> torch.Tensor:
+        args = (input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states, num_sampled,
+                num_rejected, last_sampled, next_prefill_tokens, temperature, seeds)
+        kwargs = dict(dp_sync_state=dp_sync_state, dummy_run=dummy_run,
+                      skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs, is_profile=is_profile,
+                      num_speculative_tokens=num_speculative_tokens)
+        if dummy_run:  # vLLM's warm-up and profile runs: the loop on the static buffers, no state written
+            try:
+                return super().propose(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001
+                raise self._load_error("failed in vLLM's warm-up run of the EAGLE loop", e) from e
+        B = input_batch.num_reqs
+        K = self.num_speculative_steps
+        k = K if num_speculative_tokens is None else int(num_speculative_tokens)
+        out = self.draft_tokens[:B]
+        guard = self.guard
+        B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
+                                  last_sampled, next_prefill_tokens)
+        guard.poll()
+        if guard.disabled:
+            return self._idle(out, B)
+        ok, drafts = guard.run(f"{self.drafter.model_class} in vLLM's EAGLE loop", self._propose_guarded,
+                               B, T, last, args, kwargs)
+        if not ok or guard.disabled:
+            return self._idle(out, B)
+        if k > 0:
+            drafts[:, :k] = guard.sanitize(drafts[:, :k])
+        if self._trace_dir:
+            self._trace(B, T, drafts[:, :k].clone())
+        return drafts
+
+    def _propose_guarded(self, B: int, T: int, last: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+        if self.buffers:
+            self._prepare_step(B, T, self.next_ids[:B], args[0].positions[:T], last)
+            if self.guard.disabled:  # the state-carry hook failed
+                return self._idle(self.draft_tokens[:B], B)
+            self._set_token_request(args[0].query_start_loc, B, T)
+        self.pass_index = 0
+        return super().propose(*args, **kwargs)
