@@ -306,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-start", action="store_true",
                     help="start a group's engines at once (faster; start-up seconds are then not comparable)")
     ap.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up request (default: --max-tokens)")
+    ap.add_argument("--runner", choices=["v1", "v2"], default="v1",
+                    help="vLLM's model runner; v2: Model Runner V2 through the test kit's Triton stand-in, its kernels "
+                         "interpreted (compare rows within one run only; no speed claim against v1). vLLM's "
+                         "built-in Medusa has no MRV2 backend: its row is dropped")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     if args.quick:
@@ -320,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     builtin_ok = version.startswith("0.32.")
     k_medusa = args.k_medusa
     rows = with_runtime(rows_for(target, k_medusa, args.k_eagle, builtin_ok, args.k_eagle3), args.cpu_runtime)
+    if args.runner == "v2":
+        from vllm_spec_plugins.testing.mrv2 import mrv2_env
+
+        rows = {n: {**r, "env": {**r["env"], **mrv2_env()}} for n, r in rows.items()
+                if not (r.get("builtin") and "Medusa" in n)}
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts, args.prompt_set)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -376,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                      "k_eagle": args.k_eagle, "k_eagle3": args.k_eagle3, "prompt_set": args.prompt_set,
                      "dtype": "float32", "enforce_eager": True,
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
-                     "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens},
+                     "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens,
+                     "runner": args.runner},
         "rows": results,
         "paired": paired,
         "runtime": runtime,

@@ -195,6 +195,10 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     rep.facts["served_by"] = {"plugin": d.name, "distribution": d.display_dist, "kind": d.kind,
                               "model_class": d.model_class, "route": "draft_model" if d.kind == "heads" else route}
     rep.add("select", OK, f"served by plugin {d.name!r} ({d.display_dist}): {why}")
+    runner, runner_why = runner_outlook(d.kind)
+    rep.facts["served_by"]["model_runner"] = runner
+    rep.add("model runner", INFO, ("Model Runner V2" if runner == "v2" else "the V1 model runner")
+            + f" in this environment: {runner_why}")
 
     hf = None
     vllm_config = None

@@ -227,6 +227,13 @@ class TestConformance(ConformanceSuite):
 
     def reference(self, record, draft, target):
         return reference_drafts(record["inputs"]["hidden_states"], draft, target)
+
+
+class TestConformanceMRV2(TestConformance):
+    """The same suite on vLLM's Model Runner V2, its default runner (on a CPU build through the test
+    kit's Triton stand-in; docs: testing-plugins.md)."""
+
+    runner = "v2"
 '''
 
 

@@ -97,17 +97,19 @@ def test_tensor_parallel_2_on_mrv2(tiny, base_v2):
     assert r.metrics["accepted"] > 0
 
 
-def test_forward_raising_degrades_on_mrv2(tiny, base_v2, faulty_plugin_path, tmp_path):
+@pytest.mark.parametrize("fault,what", [("raise", "planned failure at forward call"),
+                                        ("oov", "outside the target's vocabulary [0, 259)")], ids=["raise", "oov"])
+def test_faulty_drafter_degrades_on_mrv2(tiny, base_v2, faulty_plugin_path, tmp_path, fault, what):
     from tests.e2e.test_faults import DIST, faulty_checkpoint
 
-    draft = faulty_checkpoint(tmp_path / "raise", fault="raise")
+    draft = faulty_checkpoint(tmp_path / fault, fault=fault)
     r = run_engine(tiny["target"], speculative_config={"model": str(draft), "num_speculative_tokens": 3},
                    prompts=PROMPTS, max_tokens=MAX_TOKENS, env=with_pythonpath(faulty_plugin_path), runner="v2")
     assert MRV2_LINE in r.log
     assert r.outputs == base_v2.outputs
     errors = [ln for ln in r.log.splitlines() if "Speculative decoding is now OFF" in ln]
     assert len(errors) == 1 and f"plugin 'faulty' ({DIST})" in errors[0]
-    assert "planned failure at forward call" in r.log
+    assert what in r.log and "IndexError" not in r.log
 
 
 def test_v1_can_be_kept_for_plugin_drafters(tiny, base_v2):
@@ -120,3 +122,45 @@ def test_v1_can_be_kept_for_plugin_drafters(tiny, base_v2):
     assert "Model Runner V2 does not yet support vllm-spec-plugins drafter 'medusa' (VLLM_SPEC_PLUGINS_RUNNER=v1" \
         in r.log
     assert r.outputs == [o[:16] for o in base_v2.outputs[:2]]
+
+
+#: Checkpoint layouts the plugins serve, each on both runners: FasterDecoding Medusa with biases (.pt,
+#: K < heads), EAGLE-1 with fc.bias (.bin), EAGLE-3 with d2t and no lm_head (rows taken from the target),
+#: the tied, scaled fms-extras MLP speculator with a key prefix.
+LAYOUTS = [("medusa_old_bias", {"method": "medusa", "num_speculative_tokens": 2}), ("eagle_bias", {}),
+           ("eagle3_no_head", {}), ("mlp_tied", {})]
+
+
+@pytest.mark.parametrize("draft,extra", LAYOUTS, ids=[d for d, _ in LAYOUTS])
+def test_checkpoint_layouts_same_drafts_on_v1_and_mrv2(tiny, baseline, draft, extra):
+    spec = _spec(tiny, draft, **extra)
+    runs = {runner: run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS[:4], max_tokens=32,
+                               env=POLICY_OFF, runner=runner) for runner in ("v1", "v2")}
+    assert MRV2_LINE in runs["v2"].log and MRV2_LINE not in runs["v1"].log
+    for r in runs.values():
+        assert r.outputs == [o[:32] for o in baseline.outputs[:4]]
+    assert runs["v2"].metrics["accepted"] > 0
+    assert runs["v1"].metrics["drafts"] == runs["v2"].metrics["drafts"]
+    assert runs["v1"].accepted_per_pos == runs["v2"].accepted_per_pos
+
+
+def test_openai_server_on_mrv2(tiny, tmp_path):
+    import requests
+
+    from tests.e2e.server import metric, openai_server
+    from vllm_spec_plugins.testing.engine import default_env
+    from vllm_spec_plugins.testing.mrv2 import mrv2_env
+
+    log_path = tmp_path / "server.log"
+    with openai_server(str(tiny["target"]), str(tiny["eagle"]), log_path, default_env({**POLICY_OFF, **mrv2_env()}),
+                       max_num_seqs=4, timeout=300) as (base, _):
+        resp = requests.post(f"{base}/v1/completions", json={
+            "model": str(tiny["target"]), "prompt": "hello world, hello world", "max_tokens": 32,
+            "temperature": 0.0, "ignore_eos": True}, timeout=300)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["usage"]["completion_tokens"] == 32
+        metrics = requests.get(f"{base}/metrics", timeout=10).text
+    assert metric(metrics, "vllm:spec_decode_num_drafts_total") > 0
+    assert metric(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
+    log = log_path.read_text()
+    assert MRV2_LINE in log and "runs on Model Runner V2 (PluginEagleSpeculator)" in log
