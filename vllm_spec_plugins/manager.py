@@ -143,7 +143,9 @@ class PluginHost:
                 if self.pm.has_plugin(ep.name):
                     self.pm.unregister(name=ep.name)
                 raise
-        except Exception as e:  # isolate every plugin failure
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # isolate every plugin failure (SystemExit at import, argparse... included)
             err = f"{type(e).__name__}: {e}"
             self.plugins[ep.name] = PluginInfo(ep.name, ep.value, dist, version, error=err)
             logger.warning(

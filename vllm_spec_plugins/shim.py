@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 
+from ._env import env_flag
 from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK, SUPPORTED_VLLM
 
 logger = logging.getLogger("vllm.spec_plugins")
@@ -36,7 +37,7 @@ def vllm_version() -> tuple[str, tuple[int, int] | None]:
 
 
 def version_supported(minor: tuple[int, int] | None) -> bool:
-    if os.environ.get(ENV_SKIP_VERSION_CHECK) == "1":
+    if env_flag(ENV_SKIP_VERSION_CHECK):
         return True
     return minor in SUPPORTED_VLLM
 
@@ -55,7 +56,9 @@ def register() -> None:
         try:
             _register()
             STATUS["applied"] = True
-        except Exception as e:  # never take vLLM down
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # never take vLLM down (a plugin's SystemExit included)
             STATUS["error"] = f"{type(e).__name__}: {e}"
             logger.exception("vllm_spec_plugins: failed to install the runner shim; plugin drafters are "
                              "unavailable, plain vLLM is unaffected")
@@ -117,7 +120,9 @@ def _register_with_vllm(host) -> None:
                 mod, _, cls = d.config_class.partition(":")
                 config_cls = getattr(importlib.import_module(mod), cls)
                 AutoConfig.register(d.model_type, config_cls, exist_ok=True)
-            except Exception as e:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001
                 logger.warning("vllm_spec_plugins: plugin %r (%s) config class %s failed to import: %s: %s",
                                d.name, d.display_dist, d.config_class, type(e).__name__, e)
         for arch in d.architectures:

@@ -26,13 +26,15 @@ def metric(text: str, name: str) -> float:
 
 
 @contextlib.contextmanager
-def openai_server(model: str, draft: str, log_path: Path, env: dict[str, str], *, max_num_seqs: int,
+def openai_server(model: str, draft: str | None, log_path: Path, env: dict[str, str], *, max_num_seqs: int,
                   timeout: float) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``python -m vllm.entrypoints.openai.api_server`` with ``--spec-model draft --spec-tokens 3`` and the
+    """``python -m vllm.entrypoints.openai.api_server`` with ``--spec-model draft --spec-tokens 3`` (none for
+    ``draft=None``) and the
     CPU build's flags; yields ``(base URL, process)`` once ``/health`` answers, stops it afterwards."""
     port = free_port()
+    spec = ["--spec-model", draft, "--spec-tokens", "3"] if draft is not None else []
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-           "--spec-model", draft, "--spec-tokens", "3", "--host", "127.0.0.1", "--port", str(port),
+           *spec, "--host", "127.0.0.1", "--port", str(port),
            "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "512", "--dtype", "float32",
            "--max-num-seqs", str(max_num_seqs)]
     with open(log_path, "w") as log:

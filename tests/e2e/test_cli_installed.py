@@ -46,3 +46,14 @@ def test_test_only_plugins_stay_out_of_the_users_environment(test_plugins_site):
                          env=default_env({"PYTHONPATH": None}))
     names = {p["name"] for p in json.loads(out.stdout)}
     assert {"medusa", "eagle"} <= names and not names & {"statetest", "eaglevariant", "brokenthing"}, names
+
+
+def test_list_survives_a_plugin_that_exits_at_import(exiting_plugin_path):
+    """The plugin's argparse sees `list --json` and exits: that is the plugin's failure, not the command's."""
+    out = subprocess.run([CLI, "list", "--json"], capture_output=True, text=True,
+                         env=default_env(with_pythonpath(exiting_plugin_path)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    plugins = {p["name"]: p for p in json.loads(out.stdout)}
+    bad = plugins["exitingthing"]
+    assert bad["distribution"] == "vsp-test-exiting-plugin" and bad["error"].startswith("SystemExit: 2")
+    assert "medusa" in plugins and not plugins["medusa"].get("error")

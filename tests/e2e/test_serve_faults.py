@@ -1,6 +1,6 @@
 """The OpenAI server keeps serving when a plugin drafter raises with 16 requests in flight (half streamed).
 
-The faulty test plugin's forward raises from its 6th call on. Every request must complete
+The faulty test plugin's forward raises (or calls ``sys.exit``) from its 6th call on. Every request must complete
 (HTTP 200, full streams), with the tokens it gets without speculation, the server must stay
 healthy and keep answering, and the spec-decode counters must stop growing.
 """
@@ -21,13 +21,15 @@ from vllm_spec_plugins.testing.engine import default_env
 N_REQUESTS = 16
 
 
-@pytest.fixture(scope="module")
-def server(tiny, faulty_plugin_path, tmp_path_factory):
-    draft = faulty_checkpoint(tmp_path_factory.mktemp("serve-faulty") / "draft", fault="raise", fault_at=6)
+@pytest.fixture(scope="module", params=["raise", "exit"])
+def server(request, tiny, faulty_plugin_path, tmp_path_factory):
+    """``raise``: the forward raises; ``exit``: it calls ``sys.exit`` (a plugin's SystemExit must not end the
+    engine)."""
+    draft = faulty_checkpoint(tmp_path_factory.mktemp("serve-faulty") / "draft", fault=request.param, fault_at=6)
     log_path = tmp_path_factory.mktemp("serve-faults") / "server.log"
     with openai_server(str(tiny["target"]), str(draft), log_path, default_env(with_pythonpath(faulty_plugin_path)),
                        max_num_seqs=N_REQUESTS, timeout=600) as (base, proc):
-        yield base, log_path, str(tiny["target"]), proc
+        yield base, log_path, str(tiny["target"]), proc, request.param
 
 
 def _body(model: str, prompt: list[int], stream: bool) -> dict:
@@ -58,7 +60,7 @@ def _complete(base: str, model: str, prompt: list[int], stream: bool) -> tuple[i
 
 
 def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline):
-    base, log_path, model, proc = server
+    base, log_path, model, proc, fault = server
     jobs = [(PROMPTS[i % len(PROMPTS)], i % 2 == 1) for i in range(N_REQUESTS)]  # every other one streamed
     with ThreadPoolExecutor(N_REQUESTS) as pool:
         results = list(pool.map(lambda j: _complete(base, model, *j), jobs))
@@ -69,7 +71,8 @@ def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline
     log = log_path.read_text()
     errors = [ln for ln in log.splitlines() if "Speculative decoding is now OFF" in ln]
     assert len(errors) == 1 and f"plugin 'faulty' ({DIST})" in errors[0]
-    assert "planned failure at forward call 6" in log
+    assert ("planned failure at forward call 6" if fault == "raise" else
+            "SystemExit: faulty drafter: planned sys.exit at forward call 6") in log
     # still healthy; speculation stays off: the counters do not move any more
     assert requests.get(f"{base}/health", timeout=10).status_code == 200
     before = requests.get(f"{base}/metrics", timeout=10).text
@@ -82,3 +85,16 @@ def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline
     assert metric(after, "vllm:spec_decode_num_draft_tokens_total") == metric(
         before, "vllm:spec_decode_num_draft_tokens_total")
     assert proc.poll() is None
+
+
+def test_plain_server_starts_and_serves_with_a_plugin_that_exits_at_import(tiny, exiting_plugin_path, baseline,
+                                                                            tmp_path):
+    """A plugin whose import calls argparse's parse_args() (SystemExit 2 on vLLM's command line) is skipped
+    and named; the plain server (no speculative config) starts and serves."""
+    log_path = tmp_path / "server.log"
+    with openai_server(str(tiny["target"]), None, log_path, default_env(with_pythonpath(exiting_plugin_path)),
+                       max_num_seqs=4, timeout=300) as (base, proc):
+        status, tokens, finish = _complete(base, str(tiny["target"]), PROMPTS[0], stream=False)
+        assert status == 200 and tokens == baseline.outputs[0] and finish == "length"
+    log = log_path.read_text()
+    assert "skipping plugin 'exitingthing'" in log and "vsp-test-exiting-plugin 0.0.2" in log and "SystemExit" in log

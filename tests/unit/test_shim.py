@@ -74,9 +74,17 @@ def test_version_check_skipped(monkeypatch, minor):
     assert shim.version_supported(minor) is True
 
 
-def test_version_check_skip_needs_exactly_1(monkeypatch):
-    monkeypatch.setenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", "yes")
-    assert shim.version_supported((0, 31)) is False
+@pytest.mark.parametrize("value,skips", [("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False),
+                                         ("", False)])
+def test_version_check_skip_is_a_true_false_variable(monkeypatch, value, skips):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", value)
+    assert shim.version_supported((0, 31)) is skips
+
+
+def test_version_check_skip_refuses_other_values_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", "maybe")
+    with pytest.raises(ValueError, match="VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK='maybe' is not a true/false value"):
+        shim.version_supported((0, 31))
 
 
 def test_supported_text():

@@ -38,13 +38,13 @@ then fails as it would without the guard, with the plugin named).
 from __future__ import annotations
 
 import logging
-import os
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .._env import env_flag
 from .._names import ENV_STRICT
 from ..api import Drafter
 
@@ -52,7 +52,8 @@ logger = logging.getLogger("vllm.spec_plugins")
 
 
 def strict() -> bool:
-    return os.environ.get(ENV_STRICT, "") not in ("", "0")
+    """``VLLM_SPEC_PLUGINS_STRICT`` (a true/false variable; anything else raises, naming it)."""
+    return env_flag(ENV_STRICT)
 
 
 class DraftGuard:
@@ -66,6 +67,7 @@ class DraftGuard:
         self.vocab_size = int(vocab_size)
         self.device = device
         self.async_scheduling = bool(async_scheduling)
+        self.strict = strict()  # read once, at start-up: a bad value refuses the engine, naming the variable
         self.disabled = False
         self.reason: str | None = None
         # Out-of-range flag: device side (written inside the propose path), host copy, copy event.
@@ -86,7 +88,7 @@ class DraftGuard:
 
     def fail(self, what: str, exc: BaseException | None = None) -> None:
         """Turn speculation off for good; log once at ERROR; re-raise in strict mode."""
-        if strict():
+        if self.strict:
             if exc is not None:
                 raise exc
             raise RuntimeError(f"vllm_spec_plugins: {what} ({self.who()}); {ENV_STRICT} is set")
@@ -105,7 +107,9 @@ class DraftGuard:
         """Call plugin code; ``(True, result)``, or ``(False, None)`` after a failure (then disabled)."""
         try:
             return True, fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any plugin failure degrades
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - any plugin failure degrades, SystemExit included
             self.fail(f"{what} raised {type(e).__name__}: {e}", e)
             return False, None
 
