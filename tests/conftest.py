@@ -123,6 +123,16 @@ def broken_plugin_path(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def exiting_plugin_path(tmp_path_factory) -> str:
+    """A third-party plugin whose import calls argparse's parse_args() (SystemExit), pip-installed into a folder."""
+    target = tmp_path_factory.mktemp("exiting-site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target),
+                    str(ROOT / "tests" / "plugins" / "exiting_plugin")], check=True)
+    return str(target)
+
+
+@pytest.fixture(scope="session")
 def faulty_plugin_path(tmp_path_factory) -> str:
     """The faulty test plugin (tests/plugins/faulty_drafter), pip-installed into a folder for PYTHONPATH.
 
@@ -148,11 +158,25 @@ POLICY_OFF = {"VLLM_SPEC_PLUGINS_POLICY": "off"}
 
 
 @pytest.fixture(scope="session")
-def baseline(tiny, broken_plugin_path, faulty_plugin_path):
-    """Greedy output without speculation. A broken third-party plugin, and one that claims the
-    target's own architecture (LlamaForCausalLM), are installed in this engine's environment:
-    plain vLLM must start anyway, with vLLM's own Llama class."""
+def baseline(tiny, broken_plugin_path, faulty_plugin_path, exiting_plugin_path):
+    """Greedy output without speculation. A broken third-party plugin, one that exits at import (SystemExit
+    from argparse), and one that claims the target's own architecture (LlamaForCausalLM), are installed in
+    this engine's environment: plain vLLM must start anyway, with vLLM's own Llama class."""
     from vllm_spec_plugins.testing.engine import run_engine
 
     return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                      env=with_pythonpath(broken_plugin_path + os.pathsep + faulty_plugin_path))
+                      env=with_pythonpath(os.pathsep.join([broken_plugin_path, faulty_plugin_path,
+                                                           exiting_plugin_path])))
+
+
+#: Lengths of the EAGLE engine tests' requests (tests/e2e/test_eagle_engine.py, test_eagle3_engine.py).
+EAGLE_LENGTHS = [150, 40, 150, 100, 150, 30]
+
+
+@pytest.fixture(scope="session")
+def baseline_eagle_lengths(tiny):
+    """Greedy output without speculation at the EAGLE tests' full lengths (up to 150 tokens), so those tests
+    compare every token, not the first MAX_TOKENS."""
+    from vllm_spec_plugins.testing.engine import run_engine
+
+    return run_engine(tiny["target"], prompts=PROMPTS, max_tokens=EAGLE_LENGTHS)

@@ -74,6 +74,30 @@ DEFAULT_INPUTS: dict[str, Source] = {
 }
 
 
+#: Dtype names a declaration may use: ``"model"`` (the engine's dtype) or a torch dtype attribute name.
+DTYPE_NAMES: tuple[str, ...] = (
+    "model", "float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16", "short",
+    "int32", "int", "int64", "long", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2")
+#: The largest dimension a declared shape may have (one dimension of a static buffer).
+MAX_DIM = 2**31 - 1
+
+
+def check_dtype(what: str, dtype: object) -> None:
+    if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
+        raise ValueError(f"{what}: dtype {dtype!r} is not 'model' or a torch dtype name "
+                         f"({', '.join(n for n in DTYPE_NAMES if n != 'model')})")
+
+
+def check_shape(what: str, shape: tuple) -> None:
+    for dim in shape:
+        if isinstance(dim, str):
+            if not dim.isidentifier():
+                raise ValueError(f"{what}: dimension {dim!r} is neither an int nor a config attribute name")
+        elif isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_DIM:
+            raise ValueError(f"{what}: dimension {dim!r} must be an int from 1 to {MAX_DIM} or a config attribute "
+                             f"name, in shape {tuple(shape)!r}")
+
+
 def _is_param_name(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
 
@@ -104,6 +128,9 @@ class ExtraInput:
             raise ValueError(f"ExtraInput name {self.name!r} is not a valid Python parameter name")
         if (self.source is Source.STATE) != (self.state is not None):
             raise ValueError(f"ExtraInput {self.name!r}: give state= exactly when source is Source.STATE")
+        check_dtype(f"ExtraInput {self.name!r}", self.dtype)
+        if self.shape is not None:
+            check_shape(f"ExtraInput {self.name!r}", self.shape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +165,8 @@ class StateSpec:
                              f"draft-model attribute")
         if self.on_preempt not in ("keep", "reset"):
             raise ValueError(f"StateSpec {self.name!r}: on_preempt must be 'keep' or 'reset', got {self.on_preempt!r}")
+        check_dtype(f"StateSpec {self.name!r}", self.dtype)
+        check_shape(f"StateSpec {self.name!r}", self.shape)
 
 
 @dataclass(frozen=True, kw_only=True)

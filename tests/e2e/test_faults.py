@@ -146,5 +146,60 @@ def test_shipped_eagle_draft_carries_the_stamp():
     root = Path(__file__).resolve().parents[2]
     cfg = json.loads((root / "bench" / "drafts" / "smollm2-eagle" / "config.json").read_text())
     assert cfg["vllm_spec_plugin"] == "eagle"
-    assert "eagle-" not in "smollm2-eagle"  # vLLM's folder-name rule does not apply: the stamp must
+    from vllm_spec_plugins.patch.config import path_method
+
+    assert path_method(str(root / "bench" / "drafts" / "smollm2-eagle")) is None  # no folder-name rule: the stamp
     assert os.path.isfile(root / "bench" / "drafts" / "smollm2-eagle" / "model.safetensors")
+
+
+# -- plugin code outside the forward, and SystemExit ---------------------------------------------------
+
+
+def test_sys_exit_in_forward_degrades_to_no_speculation(tiny, env, baseline, tmp_path):
+    """A plugin's SystemExit is a plugin failure like any other: it must not end the engine."""
+    r = _run(tiny, env, faulty_checkpoint(tmp_path / "exit", fault="exit"))
+    _degraded(r, baseline, "vsp_faulty_drafter.model:FaultyDrafter",
+              f"SystemExit: faulty drafter: planned sys.exit at forward call {FAULT_AT}")
+
+
+def test_strict_false_means_not_strict(tiny, env, baseline, tmp_path):
+    r = _run(tiny, {**env, "VLLM_SPEC_PLUGINS_STRICT": "false"}, faulty_checkpoint(tmp_path / "sf", fault="raise"))
+    assert r.outputs == baseline.outputs and len(_error_lines(r.log)) == 1
+
+
+@pytest.mark.parametrize("arch,fault,what", [
+    ("FaultyInitDrafter", "init_raise", "RuntimeError: faulty drafter: planned failure in the state init hook"),
+    ("FaultyInitDrafter", "init_shape", "state 'seen' has shape [1], but its initial value "
+                                        "vsp_faulty_drafter.model:FaultyStateDrafter.initial_seen has shape [5]"),
+    ("FaultyMissingInitDrafter", "none", "state 'seen' is initialised from "
+                                         "vsp_faulty_drafter.model:FaultyStateDrafter.no_such_attribute, which is "
+                                         "NoneType"),
+    ("FaultyDrafter", "bool", "forward() returned a torch.bool tensor; draft token ids must be integers"),
+], ids=["init-raises", "init-shape", "init-missing", "bool-ids"])
+def test_bad_state_init_or_ids_refused_at_start(tiny, env, tmp_path, arch, fault, what):
+    """StateSpec(init="<attribute>") is resolved, and the forward's ids checked, by the start-up trial: refused
+    before the first request, naming plugin, distribution, model class and checkpoint."""
+    draft = faulty_checkpoint(tmp_path / fault, fault=fault, arch=arch)
+    r = _run(tiny, env, draft, check=False)
+    assert r.returncode != 0
+    assert f"draft '{draft}' (plugin 'faulty', {DIST}, model class vsp_faulty_drafter.model:" in r.log
+    assert "failed its trial forward at start-up" in r.log and what in r.log
+
+
+def test_trace_dir_that_is_a_file_is_refused_at_start(tiny, env, tmp_path):
+    bad = tmp_path / "not-a-folder"
+    bad.write_text("x")
+    r = _run(tiny, {**env, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(bad)}, faulty_checkpoint(tmp_path / "t", fault="none"),
+             check=False)
+    assert r.returncode != 0
+    assert f"VLLM_SPEC_PLUGINS_TRACE_DIR='{bad}' cannot hold the drafting trace: FileExistsError" in r.log
+
+
+def test_eagle3_layer_ids_past_the_target_refused_at_start(tiny, tmp_path):
+    from vllm_spec_plugins.testing.fixtures import make_tiny_eagle3
+
+    draft = make_tiny_eagle3(tmp_path / "tiny-eagle3-bad-layers", tiny["target"], aux_layer_ids=[0, 1, 5])
+    r = _run(tiny, {}, draft, check=False)
+    assert r.returncode != 0
+    assert (f"draft '{draft}' (plugin 'eagle', vllm-spec-eagle 0.1.0) reads target layer ids [0, 1, 5] from config "
+            f"key 'eagle_aux_hidden_state_layer_ids': [5] outside 0..2") in r.log

@@ -33,9 +33,12 @@ def ours(tiny, broken_plugin_path):
                       env={**with_pythonpath(broken_plugin_path), **POLICY_OFF})
 
 
-def test_plain_vllm_starts_with_a_broken_plugin_installed(baseline):
+def test_plain_vllm_starts_with_broken_and_exiting_plugins_installed(baseline):
     assert "brokenthing" in baseline.log and "vsp-test-broken-plugin 6.6.6" in baseline.log
     assert "this_module_does_not_exist_anywhere" in baseline.log
+    # a plugin whose import exits (argparse's parse_args() on vLLM's command line): skipped, named, plain vLLM runs
+    assert "skipping plugin 'exitingthing'" in baseline.log and "vsp-test-exiting-plugin 0.0.2" in baseline.log
+    assert "SystemExit: 2" in baseline.log
     assert len(baseline.outputs) == len(PROMPTS) and all(len(o) == MAX_TOKENS for o in baseline.outputs)
 
 

@@ -203,3 +203,50 @@ def test_state_init_from_model_attribute():
     assert StateSpec(name="h", init=1.5).init == 1.5
     with pytest.raises(ValueError, match="must be a number or the name of a draft-model attribute"):
         StateSpec(name="h", init="not valid")
+
+
+# -- declarations validated at registration (a bad one skips the plugin, naming the field) ------------------
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"dtype": "floot32"}, r"StateSpec 'h': dtype 'floot32' is not 'model' or a torch dtype name"),
+    ({"shape": (-1,)}, r"StateSpec 'h': dimension -1 must be an int from 1 to 2147483647"),
+    ({"shape": (2**34,)}, r"StateSpec 'h': dimension 17179869184 must be an int from 1"),
+    ({"shape": (0, 4)}, r"dimension 0 must be an int"),
+    ({"shape": (True,)}, r"dimension True must be an int"),
+    ({"shape": ("not a name",)}, r"dimension 'not a name' is neither an int nor a config attribute name"),
+])
+def test_bad_state_declarations_are_refused(kwargs, match):
+    from vllm_spec_plugins import StateSpec
+
+    with pytest.raises(ValueError, match=match):
+        StateSpec(name="h", **kwargs)
+
+
+def test_bad_extra_input_declarations_are_refused():
+    from vllm_spec_plugins import ExtraInput, Source
+
+    with pytest.raises(ValueError, match=r"ExtraInput 'x': dtype 'int33'"):
+        ExtraInput(name="x", source=Source.NUM_ACCEPTED, dtype="int33")
+    with pytest.raises(ValueError, match=r"ExtraInput 'x': dimension -3"):
+        ExtraInput(name="x", source=Source.TARGET_HIDDEN_LAST, shape=(-3,))
+    assert ExtraInput(name="x", source=Source.TARGET_HIDDEN_LAST, shape=("hidden_size",), dtype="bfloat16")
+
+
+def test_a_plugin_with_a_bad_declaration_is_skipped_naming_plugin_and_field():
+    from tests.unit.fakes import FakeEntryPoint
+    from vllm_spec_plugins import Drafter, StateSpec, hookimpl
+    from vllm_spec_plugins.manager import PluginHost
+
+    class Plugin:
+        @hookimpl
+        def vllm_spec_register_drafters(self, register):
+            register(Drafter(architectures=("X",), model_class="m:X",
+                             state=(StateSpec(name="h", dtype="floot32"),)))
+
+    host = PluginHost().load([FakeEntryPoint("badstate", Plugin(), dist="vsp-bad", version="1.2")], allow=None)
+    info = host.plugins["badstate"]
+    assert info.error == ("ValueError: StateSpec 'h': dtype 'floot32' is not 'model' or a torch dtype name (float16, "
+                          "half, bfloat16, float32, float, float64, double, int8, int16, short, int32, int, int64, "
+                          "long, uint8, uint16, uint32, uint64, bool, float8_e4m3fn, float8_e5m2)")
+    assert not host.drafters

@@ -239,6 +239,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
                 plugin_name=drafter.name, dist=drafter.display_dist)
         else:
+            _check_aux_ids(drafter, path, ids, tmc)
             hf.eagle_aux_hidden_state_layer_ids = list(ids)
     _check_policy_env(drafter, spec.num_speculative_tokens)
     if drafter.position_free:
@@ -251,6 +252,27 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     setattr(hf, ARCH_ATTR, arch)
     logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.name, drafter.display_dist)
     return spec
+
+
+def _check_aux_ids(drafter: Drafter, path: str, ids: Any, target_model_config: Any) -> None:
+    """Target layer ids must be distinct ints in ``0..num_hidden_layers`` (0: the embeddings; vLLM collects
+    the residual stream entering each layer and after the last one). Others would make the target hand over
+    fewer layers than the drafter was built for, failing at the first step with a shape error."""
+    text = getattr(target_model_config, "hf_text_config", None) or getattr(target_model_config, "hf_config", None)
+    n = getattr(text, "num_hidden_layers", None)
+    if not isinstance(n, int):
+        return
+    ids = list(ids)
+    bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i <= n]
+    dup = sorted({i for i in ids if ids.count(i) > 1}, key=str)
+    if bad or dup:
+        what = f"{bad} outside 0..{n}" if bad else f"{dup} more than once"
+        raise PluginContractError(
+            f"vllm_spec_plugins: draft '{path}' (plugin {drafter.name!r}, {drafter.display_dist}) reads target "
+            f"layer ids {ids} from config key {drafter.aux_layer_ids!r}: {what}. The target "
+            f"'{getattr(target_model_config, 'model', '?')}' has {n} layers, so its layer ids are 0 (the "
+            f"embeddings) to {n}, each at most once. Use a draft trained for this target, or fix "
+            f"{drafter.aux_layer_ids!r} in '{path}/config.json'.", plugin_name=drafter.name, dist=drafter.display_dist)
 
 
 def _check_policy_env(drafter: Drafter, k: int | None) -> None:
@@ -414,13 +436,38 @@ def _weight_names(model: str | None) -> set[str]:
     for name in sorted(os.listdir(model)):
         if not name.endswith(".safetensors"):
             continue
+        path = os.path.join(model, name)
         try:
-            with open(os.path.join(model, name), "rb") as f:
+            size = os.path.getsize(path)
+            with open(path, "rb") as f:
                 (n,) = struct.unpack("<Q", f.read(8))
+                if n > size - 8:
+                    raise ValueError(f"its header says {n} bytes, the file has {size}")
                 out |= {k for k in json.loads(f.read(n)) if k != "__metadata__"}
-        except (OSError, ValueError, struct.error):
-            continue
+        except OSError:
+            continue  # vLLM's loader reports unreadable files
+        except (ValueError, struct.error, MemoryError, AttributeError, TypeError) as e:
+            raise ValueError(f"vllm_spec_plugins: draft file '{path}' is not a valid safetensors file "
+                             f"({type(e).__name__}: {e}). Re-download or re-save the checkpoint.") from None
     return out
+
+
+def _check_speculators_claim(host: PluginHost, model: str | None, local: dict) -> None:
+    """A ``speculators_model_type`` (EAGLE family) on a checkpoint a heads plugin claims: the two keys disagree.
+    Without this, vLLM's EAGLE route fails with its list of every architecture it knows."""
+    archs = list(local.get("architectures") or [])
+    try:
+        d = host.select(archs, local.get("model_type"), None)
+    except VllmSpecPluginError:
+        return
+    if d is not None and d.kind == "heads":
+        raise PluginContractError(
+            f"vllm_spec_plugins: '{model}/config.json' says speculators_model_type "
+            f"{local['speculators_model_type']!r} (an EAGLE-family checkpoint of the speculators format), but its "
+            f"architectures {archs} / model_type {local.get('model_type')!r} are a {d.kind} drafter of plugin "
+            f"{d.name!r} ({d.display_dist}), which vLLM's EAGLE loop cannot run. Remove the "
+            f"speculators_model_type key (the checkpoint is then served by {d.name!r}), or fix 'architectures'.",
+            plugin_name=d.name, dist=d.display_dist)
 
 
 def _unmarked_eagle(host: PluginHost, model: str | None, local: dict) -> None:
@@ -483,6 +530,12 @@ def _stamp_of(host: PluginHost, local: dict, model: str | None) -> str | None:
     if stamp in host.plugins:
         host.check_alias(stamp)  # raises for a broken plugin
         return stamp
+    if stamp in _vllm_methods() and stamp not in host.skipped:
+        raise PluginContractError(
+            f"vllm_spec_plugins: '{model}/config.json' key {CONFIG_STAMP!r} names {stamp!r}, which is one of vLLM's "
+            f"own speculative methods, not a plugin: that key only names the spec-decode plugin that serves the "
+            f"checkpoint ({_installed_text(host)}). Remove the key, and pass --speculative-config "
+            f"'{{\"method\": \"{stamp}\", ...}}' to use vLLM's {stamp!r}.")
     raise _unknown_method_error(host, stamp, f"'{model}/config.json' key {CONFIG_STAMP!r}")
 
 
@@ -632,6 +685,7 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                     cfg = dict(cfg or {})
                     cfg["method"] = stamp
             if method is None and local and local.get("speculators_model_type") in ATTENTION_METHODS:
+                _check_speculators_claim(host, model, local)
                 # A speculators checkpoint (vllm-project/speculators) names its algorithm; vLLM 0.32 resolves a
                 # plain --spec-model folder to "draft_model" and then cannot load it. Its own method, as given.
                 method = local["speculators_model_type"]

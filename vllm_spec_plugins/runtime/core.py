@@ -12,6 +12,7 @@ arguments). Each front end fills ``self._step`` (``hidden_states``, ``aux_hidden
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -54,7 +55,9 @@ def _import_class(d: Drafter) -> type:
     mod, _, name = d.model_class.partition(":")
     try:
         module = importlib.import_module(mod)
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit at import included
         raise PluginLoadError(
             f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, "
             f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
@@ -143,8 +146,19 @@ class DrafterRuntime:
         self.guard = DraftGuard(drafter, model_class=drafter.model_class, checkpoint=str(self.draft_model_config.model),
                                 vocab_size=self.target_vocab_size, device=device,
                                 async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
-        self._trace_dir = os.environ.get(ENV_TRACE_DIR)
+        self._trace_dir = os.environ.get(ENV_TRACE_DIR) or None
         self._trace_n = 0
+        if self._trace_dir:
+            try:
+                os.makedirs(self._trace_dir, exist_ok=True)
+                probe = os.path.join(self._trace_dir, f".vsp-write-test-{os.getpid()}")
+                with open(probe, "wb"):
+                    pass
+                os.remove(probe)
+            except OSError as e:
+                raise ValueError(f"vllm_spec_plugins: {ENV_TRACE_DIR}={self._trace_dir!r} cannot hold the drafting "
+                                 f"trace: {type(e).__name__}: {e}. Give a folder this process can create and write "
+                                 f"to, or unset {ENV_TRACE_DIR}.") from e
 
     # -- inputs ----------------------------------------------------------------
 
@@ -219,7 +233,7 @@ class DrafterRuntime:
             cur.copy_(torch.where(mask, value.to(cur.dtype), cur))
             pool.tensors[name].index_copy_(0, idx, cur)
 
-    def _checked_update(self, B: int, T: int) -> dict[str, torch.Tensor]:
+    def _checked_update(self, B: int, T: int, trial: bool = False) -> dict[str, torch.Tensor]:
         """Call the state-carry hook; check what it returned against the declared state."""
         d = self.drafter
         pool = self.pool
@@ -235,6 +249,8 @@ class DrafterRuntime:
                 f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
         if self._trace_dir:
             self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
+        if trial:
+            self._check_trial_state({k: v for k, v in new.items() if isinstance(v, torch.Tensor)})
         for name, value in new.items():
             cur = self.buffers[("state", name)][:B]
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(cur.shape):
@@ -259,14 +275,72 @@ class DrafterRuntime:
             f"{getattr(hf, 'vocab_size', None)}. Use a draft trained for this target, or fix its config.json.",
             plugin_name=d.name, dist=d.display_dist)
 
+    @contextlib.contextmanager
+    def _plugin_call(self, what: str):
+        """Plugin code at start-up (model construction, weight loading, ``bind_target``): a failure refuses
+        the draft with the culprit named, instead of a bare traceback from inside vLLM's loader."""
+        try:
+            yield
+        except (PluginLoadError, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit included
+            raise self._load_error(what, e) from e
+
+    def _resolve_state_inits(self) -> None:
+        """At start-up: read ``StateSpec(init="<attribute>")`` initial states from the loaded model (API 2) and
+        put every state's initial value in the first row of its buffer, for the trial's state-carry hook."""
+        pool = self.pool
+        if pool is None:
+            return
+        if self._state_init_attrs:
+            resolve_inits(pool, self.model, self._state_init_attrs, self.drafter)
+            self._state_init_attrs = {}
+        for name, _, _, init, _ in pool.specs:
+            pool._fill(name, pool.scratch, init)
+            self.buffers[("state", name)][:1].copy_(pool.tensors[name][pool.scratch:pool.scratch + 1])
+
+    def _check_trial_state(self, new: dict[str, torch.Tensor]) -> None:
+        """What the state-carry hook returned in the trial: finite values; a dtype other than the declared one
+        is cast at every step (a warning, once)."""
+        d = self.drafter
+        for name, value in new.items():
+            want = self.buffers[("state", name)].dtype
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise PluginContractError(
+                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() "
+                    f"returned non-finite values (NaN or inf) for state {name!r} from its initial state",
+                    plugin_name=d.name, dist=d.display_dist)
+            if value.dtype != want:
+                logger.warning("vllm_spec_plugins: plugin %r (%s): %s.%s() returns state %r as %s, declared %s: "
+                               "it is cast to %s at every step", d.name, d.display_dist, d.model_class,
+                               d.update_state, name, value.dtype, want, want)
+
+    def _check_finite_logits(self, logits: torch.Tensor) -> None:
+        """NaN or inf logits on the trial's inputs: every draft would be rejected, silently. Refused."""
+        if not bool(torch.isfinite(logits).all()):
+            raise self._load_error("returned non-finite logits (NaN or inf) in its trial forward; check the "
+                                   "checkpoint's weights")
+
+    def _warn_non_finite_weights(self) -> None:
+        """A parameter with NaN or inf values (a warning, once per parameter name list)."""
+        model = getattr(self.model, "inner", self.model)
+        bad = [n for n, p in model.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+        if bad:
+            d = self.drafter
+            logger.warning("vllm_spec_plugins: draft '%s' (plugin %r, %s): parameter(s) %s hold NaN or inf values; "
+                           "its drafts will be rejected", self.draft_model_config.model, d.name, d.display_dist,
+                           ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else ""))
+
     def _trial(self, run: Any) -> None:
         """Run ``run()`` once at load (one trial forward on the static buffers); refuse the draft if it fails."""
         try:
             with torch.inference_mode():
+                self._warn_non_finite_weights()
+                self._resolve_state_inits()
                 run()
-        except PluginLoadError:
+        except (PluginLoadError, KeyboardInterrupt):
             raise
-        except Exception as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 - SystemExit included
             raise self._load_error("failed its trial forward at start-up", e) from e
 
     def _state_index(self, B: int) -> torch.Tensor:
@@ -274,7 +348,17 @@ class DrafterRuntime:
         raise NotImplementedError
 
     def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> None:
-        trace.save_record(self, B, T, drafts, extra)  # schema: runtime/trace.py, docs/trace.md
+        """Write one trace record (schema: runtime/trace.py, docs/trace.md). A failure (disk full, the folder
+        removed...) is not the plugin's: it is logged once and tracing stops; drafting goes on."""
+        try:
+            trace.save_record(self, B, T, drafts, extra)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            logger.error("vllm_spec_plugins: writing the drafting trace to %s=%r failed (%s: %s); tracing is off "
+                         "for the rest of this engine's life, drafting goes on", ENV_TRACE_DIR, self._trace_dir,
+                         type(e).__name__, e)
+            self._trace_dir = None
         self._trace_n += 1
 
 
@@ -286,7 +370,8 @@ class HeadsRuntime(DrafterRuntime):
     def _bind_and_trial(self, target_model: torch.nn.Module) -> None:
         bind_target = getattr(self.model, "bind_target", None)
         if bind_target is not None:
-            bind_target(target_model)
+            with self._plugin_call("failed in bind_target(target_model)"):
+                bind_target(target_model)
         self._trial(self._trial_heads)
 
     def _dummy_counts(self, rows: int, tokens: int) -> None:
@@ -305,11 +390,13 @@ class HeadsRuntime(DrafterRuntime):
         self._dummy_counts(1, 1)
         with set_forward_context(None, self.vllm_config, num_tokens=1):
             if self.update_bindings:
-                self._checked_update(1, 1)
+                self._checked_update(1, 1, trial=True)
             out = self.model(**self._kwargs(self.forward_bindings, 1, 1))
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3 \
                 and out.shape[-1] > self.target_vocab_size:
             raise self._load_error(f"returns logits over {out.shape[-1]} tokens, more than the target's vocabulary")
+        if isinstance(out, torch.Tensor) and out.is_floating_point():
+            self._check_finite_logits(out)
         drafts = self._to_drafts(out, 1, k)
         top = int(drafts.max()) if drafts.numel() else 0
         low = int(drafts.min()) if drafts.numel() else 0
@@ -338,6 +425,11 @@ class HeadsRuntime(DrafterRuntime):
                 f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned "
                 f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
                 f"[num_reqs, k, vocab]", plugin_name=d.name, dist=d.display_dist)
+        if out.dtype == torch.bool or out.is_complex():
+            raise PluginContractError(
+                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned a "
+                f"{out.dtype} tensor; draft token ids must be integers [num_reqs, k] (or logits [num_reqs, k, "
+                f"vocab] as floats)", plugin_name=d.name, dist=d.display_dist)
         if out.is_floating_point():
             if out.dim() != 3:
                 raise PluginContractError(
@@ -461,13 +553,15 @@ class AttentionRuntime(DrafterRuntime):
                                        f"[num_tokens, {self.hidden_size}]")
         if self.update_bindings:
             with set_forward_context(None, self.vllm_config, num_tokens=1):
-                self._checked_update(1, 1)
+                self._checked_update(1, 1, trial=True)
         self.pass_index = 1  # request rows: no expansion
         with set_forward_context(None, self.vllm_config, num_tokens=1):
             out = self.model(input_ids=input_ids, positions=positions, hidden_states=hidden, inputs_embeds=None)
             h = out[0] if isinstance(out, tuple) else out
             logits = self.model.compute_logits(h)
         self.pass_index = 0
+        if logits is not None:
+            self._check_finite_logits(logits)
         if logits is not None and logits.shape[-1] > self.target_vocab_size:
             raise self._load_error(f"returns logits over {logits.shape[-1]} tokens, more than the target's "
                                    f"vocabulary")

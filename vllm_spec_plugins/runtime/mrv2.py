@@ -164,7 +164,8 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
             return get_model(vllm_config=draft_vllm_config, prefix="draft_model")
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        super().load_model(target_model)
+        with self._plugin_call("failed to build the model or load its weights"):
+            super().load_model(target_model)
         self._bind_and_trial(target_model)
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
@@ -218,7 +219,8 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
         self._setup_mrv2(drafter)
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        super().load_model(target_model)  # vLLM's: load_eagle_model, draft layers, embedding / lm_head sharing
+        with self._plugin_call("failed to build the model or load its weights"):
+            super().load_model(target_model)  # vLLM's: load_eagle_model, draft layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_buffers.input_ids[:1], self.input_buffers.positions[:1],
                                                   self.hidden_states[:1]))
@@ -243,7 +245,9 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
         if dummy_run:  # vLLM's warm-up and profile runs: the loop on the static buffers, no state written
             try:
                 return super().propose(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001
                 raise self._load_error("failed in vLLM's warm-up run of the EAGLE loop", e) from e
         B = input_batch.num_reqs
         K = self.num_speculative_steps

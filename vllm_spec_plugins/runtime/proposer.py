@@ -101,7 +101,8 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):
                            request_rows=vllm_config.scheduler_config.max_num_seqs)
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        self.model = self._get_model()
+        with self._plugin_call("failed to build the model or load its weights"):
+            self.model = self._get_model()
         self._bind_and_trial(target_model)
 
     def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
@@ -162,7 +163,8 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
         self._setup_attention(vllm_config, device, runner, drafter)
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
+        with self._plugin_call("failed to build the model or load its weights"):
+            super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
 

@@ -1,8 +1,11 @@
 """Drafters that fail on purpose, for the fault-tolerance tests.
 
 The checkpoint's ``config.json`` chooses the failure: ``"fault"`` is ``"raise"`` (the forward
-raises), ``"oov"`` (the forward returns ids >= vocab_size) or ``"state"`` (the state-carry hook
-raises), from the ``"fault_at"``-th call on (1-based). Until then the drafter proposes the
+raises), ``"exit"`` (the forward calls ``sys.exit``), ``"oov"`` (the forward returns ids >= vocab_size)
+or ``"state"`` (the state-carry hook raises), from the ``"fault_at"``-th call on (1-based);
+``"bool"`` (the forward returns a bool tensor as ids, from the first call). ``FaultyInitDrafter``
+initialises its state from ``initial_seen()`` (API 2), which raises (``"init_raise"``) or has the
+wrong shape (``"init_shape"``); ``FaultyMissingInitDrafter`` names an attribute its model lacks. Until then the drafter proposes the
 last token again (often accepted on the tiny target). ``hidden_size``/``vocab_size`` are left
 out of the fixtures' configs: the shim fills them from the target.
 
@@ -12,7 +15,7 @@ plugin must change nothing for Llama targets or plain Llama drafts.
 
 from vllm_spec_plugins import Drafter, StateSpec, hookimpl
 
-VLLM_SPEC_API = 1
+VLLM_SPEC_API = 2
 
 
 @hookimpl
@@ -30,6 +33,22 @@ def vllm_spec_register_drafters(register):
         model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
         config_class="vsp_faulty_drafter.config:FaultyConfig",
         state=(StateSpec(name="seen", shape=(1,), dtype="int64", init=0, on_preempt="keep"),),
+        max_speculative_tokens="num_heads",
+    ))
+    register(Drafter(
+        architectures=("FaultyInitDrafter",),
+        model_type="vsp_faulty",
+        model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        state=(StateSpec(name="seen", shape=(1,), dtype="int64", init="initial_seen"),),
+        max_speculative_tokens="num_heads",
+    ))
+    register(Drafter(
+        architectures=("FaultyMissingInitDrafter",),
+        model_type="vsp_faulty",
+        model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        state=(StateSpec(name="seen", shape=(1,), dtype="int64", init="no_such_attribute"),),
         max_speculative_tokens="num_heads",
     ))
     register(Drafter(

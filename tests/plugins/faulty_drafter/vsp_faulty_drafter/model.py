@@ -1,3 +1,5 @@
+import sys
+
 import torch
 import torch.nn as nn
 
@@ -26,8 +28,12 @@ class FaultyDrafter(nn.Module):
         if self.calls >= self.fault_at and self.calls > 1:  # call 1 is the shim's trial forward at load
             if self.fault == "raise":
                 raise RuntimeError(f"faulty drafter: planned failure at forward call {self.calls}")
+            if self.fault == "exit":
+                sys.exit(f"faulty drafter: planned sys.exit at forward call {self.calls}")
             if self.fault == "oov":
                 drafts[:, -1] = self.vocab + 5
+        if self.fault == "bool":
+            return drafts > 0
         return drafts
 
     def load_weights(self, weights):
@@ -46,3 +52,10 @@ class FaultyStateDrafter(FaultyDrafter):
 
     def forward(self, hidden_states, next_token_ids, seen):
         return super().forward(hidden_states, next_token_ids)
+
+    def initial_seen(self):
+        if self.fault == "init_raise":
+            raise RuntimeError("faulty drafter: planned failure in the state init hook")
+        if self.fault == "init_shape":
+            return torch.zeros(5, dtype=torch.int64)
+        return torch.zeros(1, dtype=torch.int64)
