@@ -47,4 +47,4 @@ def test_template_installs_lists_checks_and_passes_its_conformance_suite(tmp_pat
     summary = tests.stdout.strip().splitlines()[-1]
     assert tests.returncode == 0, tests.stdout[-6000:]
     passed = int(re.search(r"(\d+) passed", summary).group(1))
-    assert passed == 9 and "failed" not in summary, summary  # harness test + 4 conformance tests on each runner
+    assert passed == 11 and "failed" not in summary, summary  # harness test + 5 conformance tests on each runner

@@ -25,6 +25,9 @@ requests are preempted, with the trace on. The tests:
 
 * ``test_greedy_output_equals_no_speculation``: every request that finished produced exactly
   the tokens it produces without speculation (bit for bit);
+* ``test_no_drafter_error``: the core logged no drafter failure. The engines run strict
+  (``strict = True``, the default: ``VLLM_SPEC_PLUGINS_STRICT=1``), so a drafter that raises or
+  proposes ids outside the vocabulary stops the engine and every test reports its error;
 * ``test_drafts_accepted``: drafts were proposed and some accepted (a suite that cannot
   fail is worthless: a drafter that only produces rejected drafts fails here);
 * ``test_preemption_and_aborts``: preemption happened, aborted requests produced no output,
@@ -128,6 +131,12 @@ class ConformanceSuite:
     ``drafts`` of shape ``[num_reqs, 0]``)."""
     timeout: float = 1200
     """Seconds one engine run may take."""
+    strict: bool = True
+    """Any drafter failure fails the suite (the engines run with ``VLLM_SPEC_PLUGINS_STRICT=1``: the first
+    exception in your forward or state-carry hook, or a draft id outside the vocabulary, stops the engine, and
+    every test of the suite reports it with the drafter's own error). Without it the core would turn speculation
+    off and the output would still match. ``False``: for a suite that tests the degraded path on purpose; a test
+    then checks that no ERROR line says speculation was turned off unless you expect it."""
     runner: str | None = None
     """vLLM's model runner for every engine of the suite: ``"v1"``, ``"v2"`` (Model Runner V2, run on a
     CPU build through the test kit's Triton stand-in, :mod:`vllm_spec_plugins.testing.mrv2`), or ``None``
@@ -173,7 +182,8 @@ class ConformanceSuite:
                 "records": records}
 
     def _env(self) -> dict[str, str]:
-        return {"VLLM_SPEC_PLUGINS_POLICY": self.policy, **self.env}
+        return {"VLLM_SPEC_PLUGINS_POLICY": self.policy, "VLLM_SPEC_PLUGINS_STRICT": "1" if self.strict else "0",
+                **self.env}
 
     # -- the suite ------------------------------------------------------------------------
 
@@ -184,6 +194,12 @@ class ConformanceSuite:
         for i in sorted(expect, key=int):
             assert r.finished[i] == base.outputs[int(i)], (
                 f"request {i}: greedy output with drafts differs from the output without speculation")
+
+    def test_no_drafter_error(self, vsp_run):
+        """The core logged no drafter failure (with ``strict = False`` a failure turns speculation off and the
+        output still matches: this test is what catches it)."""
+        lines = [ln for ln in vsp_run["result"].log.splitlines() if "Speculative decoding is now OFF" in ln]
+        assert not lines, "the core turned speculation off after a drafter failure:\n" + "\n".join(lines)
 
     def test_drafts_accepted(self, vsp_run):
         m = vsp_run["result"].metrics
