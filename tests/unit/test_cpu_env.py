@@ -48,12 +48,31 @@ def test_demo_verdict_says_why_speculation_did_or_did_not_pay():
     from bench.demo import verdict
 
     base = [_phase(100, 5.0)]  # 20 tokens/s: 0.05 s per plain step
-    paid = verdict(base, [_phase(100, 4.0, drafts=60, accepted=40)], 2)  # 25 tokens/s
-    assert paid[0].startswith("measured speedup: 1.25x")
-    assert "1.33x a plain decoding step" in paid[1] and "1.67 tokens" in paid[1]  # 4.0/60 s vs 0.05 s per step
-    assert paid[2].startswith("speculation paid")
+    paid = verdict(base, [_phase(100, 4.0, drafts=60, accepted=40)], 2)  # 25 tokens/s, every step drafted
+    assert paid[0] == "measured speedup: 1.25x (25.0 against 20.0 tokens/s, all questions together)"
+    assert "drafting was on in 100% of the decoding steps (60 of 60)" in paid[1]
+    assert "1.33x a plain decoding step" in paid[2] and "1.67 tokens" in paid[2]  # 4.0/60 s vs 0.05 s per step
+    assert paid[3].startswith("speculation paid")
     lost = verdict(base, [_phase(100, 6.25, drafts=80, accepted=20)], 2)  # 16 tokens/s
-    assert lost[0].startswith("measured speedup: 0.80x")
-    assert "did NOT pay" in lost[2] and "1.25 tokens per step is less than the 1.56 plain steps" in lost[2]
-    assert "broke even" in verdict(base, [_phase(100, 5.0, drafts=70, accepted=30)], 2)[2]
-    assert "no drafts were made" in verdict(base, [_phase(100, 5.0)], 2)[0]
+    assert lost[0].startswith("measured speedup: 0.80x (16.0 against 20.0")
+    assert "did NOT pay" in lost[3] and "1.25 tokens per drafting step against the 1.56 plain steps" in lost[3]
+    assert "broke even" in verdict(base, [_phase(100, 5.0, drafts=70, accepted=30)], 2)[3]
+    assert "no drafts were made" in verdict(base, [_phase(100, 5.0)], 2)[1]
+
+
+def test_demo_cost_is_measured_over_the_steps_that_drafted():
+    """20 drafting steps (40 tokens) and 60 plain steps: the plain steps cost what they cost without
+    speculation (0.05 s each, 3.0 s), so the 20 drafting steps took 1.5 s: 1.5x a plain step. Dividing all
+    4.5 s by the drafting steps (the old arithmetic) said 4.5x."""
+    from bench.demo import figures, verdict
+
+    base = [_phase(60, 3.0), _phase(40, 2.0)]
+    spec = [_phase(60, 2.7, drafts=12, accepted=12), _phase(40, 1.8, drafts=8, accepted=8)]
+    f = figures(base, spec)
+    assert f["plain_steps"] == 60 and abs(f["draft_step_cost"] - 1.5) < 1e-9
+    assert abs(f["drafting_share"] - 0.25) < 1e-9 and f["mean_acceptance_length"] == 2.0
+    # one speedup, the ratio of the tokens/s lines: 100 tokens / 4.5 s against 100 / 5.0 s
+    assert abs(f["speedup"] - f["tps_spec"] / f["tps_base"]) < 1e-12 and abs(f["speedup"] - 5.0 / 4.5) < 1e-9
+    lines = verdict(base, spec, 3)
+    assert lines[0] == "measured speedup: 1.11x (22.2 against 20.0 tokens/s, all questions together)"
+    assert "25% of the decoding steps (20 of 80)" in lines[1] and "cost 1.50x a plain decoding step" in lines[2]
