@@ -57,6 +57,10 @@ ENV_LOG_INTERVAL = "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL"
 #: ``k`` (default 512); lower turns drafting back on sooner after a workload change, at a
 #: higher probing cost.
 ENV_MAX_PROBE = "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL"
+#: ``VLLM_SPEC_PLUGINS_POLICY_COST_MODEL=PLAIN,PER_DRAFT``: for tests and simulations only. The policy
+#: charges each step ``batch * (PLAIN + PER_DRAFT * k)`` (any unit) instead of reading the wall clock, so its
+#: decisions depend on acceptance alone, never on the machine's load. Never set it in production.
+ENV_COST_MODEL = "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL"
 
 
 def bucket_of(b: int) -> int:
@@ -107,6 +111,9 @@ class PolicySettings:
     probes, and a noisy estimate of it could hold the choice at the wrong ``k``."""
     close_probe_interval: int = 64
     log_interval: float = 10.0
+    cost_model: tuple[float, float] | None = None
+    """``(plain, per_draft)``: charge each step ``batch * (plain + per_draft * k)`` instead of its wall time
+    (tests and simulations; ``VLLM_SPEC_PLUGINS_POLICY_COST_MODEL``)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> PolicySettings:
@@ -119,6 +126,15 @@ class PolicySettings:
                     kw[key] = typ(env[var])
                 except ValueError:
                     raise ValueError(f"{var}={env[var]!r}: expected a number") from None
+        if env.get(ENV_COST_MODEL):
+            try:
+                plain, per_draft = (float(x) for x in env[ENV_COST_MODEL].split(","))
+                if plain <= 0 or per_draft < 0:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"{ENV_COST_MODEL}={env[ENV_COST_MODEL]!r}: expected PLAIN,PER_DRAFT (two numbers, "
+                                 f"PLAIN > 0), e.g. 1,0.33") from None
+            kw["cost_model"] = (plain, per_draft)
         if kw.get("max_probe_interval", cls.probe_interval) < cls.probe_interval:
             kw["max_probe_interval"] = cls.probe_interval
         if raw in ("adaptive", "on", "auto", ""):
@@ -531,6 +547,9 @@ class AdaptivePolicy:
         if start is None or not pure_decode or b <= 0 or k_verified != k_drafted:
             return
         dt = now - start
+        if self.cfg.cost_model is not None:  # tests and simulations: a cost the machine's load cannot change
+            plain, per_draft = self.cfg.cost_model
+            dt = b * (plain + per_draft * k_drafted)
         if dt <= 0:
             return
         bk = self.buckets.get(bucket_of(b))

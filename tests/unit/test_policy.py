@@ -358,3 +358,27 @@ def test_a_larger_batch_does_not_keep_drafting_on_ratios_borrowed_from_a_small_o
     assert out["ks"][20:].count(0) >= 38, out["ks"]
     plain = fixed(0, steps=60, b=8, cost=cost, alpha=lambda s: 0.6)["rate"]
     assert out["rate"] >= 0.9 * plain
+
+
+def test_cost_model_replaces_the_wall_clock():
+    """VLLM_SPEC_PLUGINS_POLICY_COST_MODEL: step costs the machine's load cannot change (tests, simulations)."""
+    from vllm_spec_plugins.policy import AdaptivePolicy, PolicySettings
+
+    cfg = PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.5"})
+    assert cfg.cost_model == (1.0, 0.5)
+    ticks = iter(range(0, 10**6, 7))  # a wall clock jumping by 7 per read
+    p = AdaptivePolicy(3, cfg, clock=lambda: float(next(ticks)))
+    for k in (3, 0):
+        for _ in range(4):
+            p.begin_step()
+            p.end_step(b=2, k_drafted=k, k_verified=k, pure_decode=True)
+    costs = p.costs(bucket_of(2))
+    assert costs[3] == 2 * (1 + 0.5 * 3) and costs[0] == 2 * 1.0
+
+
+@pytest.mark.parametrize("raw", ["1", "a,b", "0,1", "1,-1", "1,2,3"])
+def test_cost_model_refuses_bad_values_naming_the_variable(raw):
+    from vllm_spec_plugins.policy import PolicySettings
+
+    with pytest.raises(ValueError, match="VLLM_SPEC_PLUGINS_POLICY_COST_MODEL="):
+        PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": raw})
