@@ -69,11 +69,8 @@ def test_register_never_registers_over_vllm(monkeypatch):
     host = _host()
     before = ModelRegistry.models["LlamaForCausalLM"]
     added = []
-    try:
-        monkeypatch.setattr(ModelRegistry, "register_model", lambda arch, cls: added.append(arch))
-        shim._register_with_vllm(host)
-    finally:
-        pass
+    monkeypatch.setattr(ModelRegistry, "register_model", lambda arch, cls: added.append(arch))
+    shim._register_with_vllm(host)
     assert ModelRegistry.models["LlamaForCausalLM"] is before
     assert "LlamaForCausalLM" not in added and "MedusaModel" not in added
     assert {"LlamaForCausalLM__vsp_shadow", "MedusaModel__vsp_medlike", "EchoDrafter", "EchoDrafter__vsp_echo"} \
