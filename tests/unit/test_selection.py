@@ -249,3 +249,34 @@ def test_config_naming_nothing_says_what_to_add(tmp_path):
     msg = str(ei.value)
     assert msg.startswith(f"vllm_spec_plugins: '{draft}/config.json' names neither an architecture nor a model_type")
     assert "\"model_type\": \"medusa\" (plugin 'medlike', ml-dist 1.0)" in msg and "vllm_spec_plugin" in msg
+
+
+def test_stamp_naming_one_of_vllms_methods_says_it_is_not_a_plugin(tmp_path):
+    draft = _ckpt(tmp_path, "d", architectures=["LlamaForCausalLM"], vllm_spec_plugin="ngram")
+    with pytest.raises(PluginContractError) as ei:
+        _pre_hook(_host(), spec_model=draft)
+    msg = str(ei.value)
+    assert f"'{draft}/config.json' key 'vllm_spec_plugin' names 'ngram', which is one of vLLM's own speculative " \
+           f"methods, not a plugin" in msg
+    assert "Remove the key, and pass --speculative-config '{\"method\": \"ngram\", ...}'" in msg
+    assert "neither" not in msg
+
+
+def test_speculators_type_on_a_heads_checkpoint_names_both_keys(tmp_path):
+    draft = _ckpt(tmp_path, "med", weights=["0.0.linear.weight"], architectures=["MedusaModel"], model_type="medusa",
+                  speculators_model_type="eagle3")
+    with pytest.raises(PluginContractError) as ei:
+        _pre_hook(_host(), spec_model=draft)
+    msg = str(ei.value)
+    assert f"'{draft}/config.json' says speculators_model_type 'eagle3'" in msg
+    assert "architectures ['MedusaModel'] / model_type 'medusa' are a heads drafter of plugin 'medlike' (ml-dist 1.0)" \
+        in msg and "Remove the speculators_model_type key" in msg
+
+
+def test_corrupt_safetensors_header_is_named_not_a_memory_error(tmp_path):
+    draft = _ckpt(tmp_path, "corrupt", architectures=["LlamaForCausalLM"])
+    (tmp_path / "corrupt" / "model.safetensors").write_bytes(struct.pack("<Q", 2**62) + b"{}")
+    with pytest.raises(ValueError) as ei:
+        _pre_hook(_host(), spec_model=draft)
+    assert f"vllm_spec_plugins: draft file '{draft}/model.safetensors' is not a valid safetensors file (ValueError: " \
+           f"its header says {2**62} bytes, the file has 10). Re-download or re-save the checkpoint." == str(ei.value)
