@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.run import Engine
     from bench.smollm2 import _DONE, MODEL_DIR, ensure_smollm2
-    from vllm_spec_plugins.cpu_env import HINT, preload_env, preload_libs
+    from vllm_spec_plugins.cpu_env import hint, preload_env
     from vllm_spec_plugins.demo import print_acceptance, served_by
 
     spec_cfg, described = speculative_config(args.drafter, args.spec_tokens)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     env = preload_env()
     runtime = env.get("LD_PRELOAD")
     print(f"target: SmolLM2-135M-Instruct ({target.relative_to(ROOT)}), float32\ndraft:  {described}\n"
-          f"CPU runtime (LD_PRELOAD): {runtime or 'none found; ' + HINT}\n")
+          f"CPU runtime (LD_PRELOAD): {runtime or 'none found'}\n")
     print("starting vLLM twice, without speculation and with the draft (about 30 s each; logs in .demo/) ...",
           flush=True)
     engines = {}
@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     print(served_by(engines["spec"].log_path.read_text()))
     for line in verdict(res["base"], res["spec"], spec_cfg["num_speculative_tokens"]):
         print(line)
-    if not preload_libs():
-        print(f"note: {HINT}")
+    if hint():
+        print(f"note: {hint()}")
     return 0 if same else 1
 
 

@@ -143,13 +143,14 @@ def main(argv: list[str] | None = None) -> int:
               f"pytest {path}/tests")
         return 0
     if args.cmd == "cpu-env":
-        from .cpu_env import HINT, preload_libs, shell_line
+        from .cpu_env import hint, shell_line
 
         line = shell_line()
         if line:
             print(line)
-        if len(preload_libs()) < 2:
-            print(f"# note: {HINT}", file=sys.stderr)
+        note = hint()
+        if note:
+            print(f"# note: {note}", file=sys.stderr)
         return 0
     if args.cmd == "list":
         from .manager import list_plugins

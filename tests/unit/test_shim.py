@@ -601,3 +601,23 @@ def test_precheck_max_tokens_before_vllm(host, tmp_path):
     # unclaimed checkpoints are vLLM's business
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     _precheck_max_tokens(host, str(tmp_path), None, 99)
+
+
+def test_our_environment_variables_are_known_to_vllm(monkeypatch):
+    """vLLM warns about VLLM_* variables it does not know (and can refuse them); ours are declared."""
+    import re
+    from pathlib import Path
+
+    from vllm import envs
+
+    shim.declare_env_names()
+    for name in shim.ENV_NAMES:
+        assert name in envs.environment_variables
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_STRICT", "1")
+    from vllm.platforms import current_platform
+
+    current_platform.validate_environ(hard_fail=True)  # raises "Unknown vLLM environment variable" otherwise
+    # every variable the package reads is in the list
+    src = "\n".join(p.read_text() for p in Path(shim.__file__).parent.rglob("*.py"))
+    read = set(re.findall(r'"(VLLM_SPEC_PLUGINS[A-Z_]*)"', src))
+    assert read <= set(shim.ENV_NAMES), read - set(shim.ENV_NAMES)
