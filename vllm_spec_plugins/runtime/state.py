@@ -54,9 +54,8 @@ def resolve_inits(pool: "StatePool", model: Any, attrs: dict[str, str], d: Draft
                 f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} is initialised from "
                 f"{d.model_class}.{attr}, which is {type(value).__name__}; expected a tensor (parameter or buffer) "
                 f"or a method returning one", plugin_name=d.name, dist=d.display_dist)
-        try:
-            torch.broadcast_shapes(tuple(value.shape), tuple(shape))
-            if len(value.shape) > len(shape):
+        try:  # the value must broadcast *to* the state's shape (not merely with it)
+            if len(value.shape) > len(shape) or torch.broadcast_shapes(tuple(value.shape), tuple(shape)) != tuple(shape):
                 raise RuntimeError
         except RuntimeError:
             raise PluginContractError(
