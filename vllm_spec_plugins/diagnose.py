@@ -134,6 +134,14 @@ def select_for(host: Any, checkpoint: str, cfg: dict, method: str | None) -> tup
 
 
 def _vllm_known_archs() -> set[str]:
+    import sys
+
+    if "vllm" not in sys.modules:  # read from vLLM's source, without importing it (a fast CLI)
+        from .owners import vllm_archs_from_source
+
+        found = vllm_archs_from_source()
+        if found is not None:
+            return found[0]
     try:
         from vllm import ModelRegistry
 
@@ -195,10 +203,11 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     rep.facts["served_by"] = {"plugin": d.name, "distribution": d.display_dist, "kind": d.kind,
                               "model_class": d.model_class, "route": "draft_model" if d.kind == "heads" else route}
     rep.add("select", OK, f"served by plugin {d.name!r} ({d.display_dist}): {why}")
-    runner, runner_why = runner_outlook(d.kind)
-    rep.facts["served_by"]["model_runner"] = runner
-    rep.add("model runner", INFO, ("Model Runner V2" if runner == "v2" else "the V1 model runner")
-            + f" in this environment: {runner_why}")
+    if target:  # (it needs vLLM's Triton check, i.e. importing vLLM, which check without --target avoids)
+        runner, runner_why = runner_outlook(d.kind)
+        rep.facts["served_by"]["model_runner"] = runner
+        rep.add("model runner", INFO, ("Model Runner V2" if runner == "v2" else "the V1 model runner")
+                + f" in this environment: {runner_why}")
 
     hf = None
     vllm_config = None

@@ -280,3 +280,26 @@ def test_corrupt_safetensors_header_is_named_not_a_memory_error(tmp_path):
         _pre_hook(_host(), spec_model=draft)
     assert f"vllm_spec_plugins: draft file '{draft}/model.safetensors' is not a valid safetensors file (ValueError: " \
            f"its header says {2**62} bytes, the file has 10). Re-download or re-save the checkpoint." == str(ei.value)
+
+
+def test_vllm_names_read_from_source_equal_the_live_registry():
+    """`vllm-spec-plugins list` reads vLLM's registry from its source (no vLLM import); same names as the registry."""
+    from vllm.model_executor.models import registry as reg
+
+    from vllm_spec_plugins.owners import SEP, vllm_archs_from_source
+
+    known, drafts = vllm_archs_from_source()
+    live = {a for a in reg.ModelRegistry.models if SEP not in a}
+    assert known == live - {a for a in live if a not in reg._VLLM_MODELS}  # plugins' own names aside
+    assert drafts == set(reg._SPECULATIVE_DECODING_MODELS) and "MedusaModel" in drafts and "LlamaForCausalLM" in known
+
+
+def test_list_imports_no_vllm():
+    import subprocess
+    import sys
+
+    code = ("import sys; from vllm_spec_plugins.cli import main; main(['list', '--json']); "
+            "print('VLLM' if 'vllm' in sys.modules else 'NOVLLM', file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "NOVLLM"
+    assert "Triton" not in out.stderr  # vLLM's "Triton is installed, but doesn't include CPU backend" warning
