@@ -24,8 +24,9 @@ build-backend = "setuptools.build_meta"
 name = "{dist}"
 version = "0.1.0"
 description = "{camel} drafter for vLLM speculative decoding (a vllm-spec-plugins plugin)"
+readme = "README.md"
 requires-python = ">=3.10"
-dependencies = ["vllm-spec-plugins>=0.1"]
+dependencies = ["vllm-spec-plugins>=0.1,<0.2"]
 
 [project.entry-points.vllm_spec_plugins]
 {name} = "{pkg}"          # plugin name = entry-point name ("method": "{name}", VLLM_SPEC_PLUGINS={name})
@@ -41,8 +42,8 @@ markers = ["e2e: starts real vLLM engines (slow)"]
 _FILES["README.md"] = '''\
 # {dist}
 
-A drafter plugin for [vllm-spec-plugins](https://github.com/vllm-spec-plugins/vllm-spec-plugins),
-written by `vllm-spec-plugins new {name}`.
+A drafter plugin for vllm-spec-plugins (its docs: `docs/writing-plugins.md` in the vllm-spec-plugins
+repository), written by `vllm-spec-plugins new {name}`.
 
 ```bash
 pip install -e .
@@ -64,7 +65,7 @@ _FILES["src/{pkg}/__init__.py"] = '''\
 from vllm_spec_plugins import Drafter, hookimpl
 
 __version__ = "0.1.0"
-VLLM_SPEC_API = 1
+VLLM_SPEC_API = 2
 
 
 @hookimpl

@@ -194,3 +194,22 @@ def test_harness_api2_token_sources_and_learned_init(ck, recurrent):
     # a partial prefill (no token produced) is folded too: the hook reads the scheduled tokens
     out = h.step(["c"], sampled=[[-1]], num_new=[0], query_lens=[3], token_ids=[1, 2, 3])
     assert out.state["h"].tolist() == [replay(h0, [1, 2, 3])]
+
+
+def test_harness_hidden_states_need_one_row_per_scheduled_token(ck):
+    """A wrong row count used to give a bare IndexError from the runtime; the harness names the rule."""
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], ck["medusa"], num_speculative_tokens=3)
+    with pytest.raises(ValueError, match=r"hidden_states has shape \[2, 128\], expected \[3, hidden\] \(one row per "
+                                         r"scheduled token: query_lens \[2, 1\] add up to 3"):
+        h.step(["a", "b"], sampled=[[5, 6, -1, -1], [7, -1, -1, -1]], hidden_states=torch.zeros(2, 128))
+    out = h.step(["a", "b"], sampled=[[5, 6, -1, -1], [7, -1, -1, -1]], hidden_states=torch.zeros(3, 128))
+    assert out.drafts.shape == (2, 3)
+
+
+def test_fixture_helpers_give_the_targets_tables(ck):
+    from vllm_spec_plugins.testing.fixtures import target_embeddings, target_lm_head
+
+    emb, lm = target_embeddings(ck["target"]), target_lm_head(ck["target"])
+    assert emb.shape == lm.shape == (259, 128) and not torch.equal(emb, lm)

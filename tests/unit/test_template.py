@@ -62,3 +62,26 @@ def test_new_refuses_existing_folder_and_bad_names(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
     assert main(["new", "Bad-Name", "--dir", str(tmp_path)]) == 2
     assert "use lowercase letters" in capsys.readouterr().err
+
+
+def test_the_e2e_marker_is_known_outside_the_template_folder(tmp_path):
+    """The test kit registers its marker (pytest11 entry point): a suite run from any folder gets no
+    'Unknown pytest.mark.e2e' warning (here: an error)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_m.py").write_text("import pytest\n\n\n@pytest.mark.e2e\ndef test_x():\n    pass\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+                          "error::pytest.PytestUnknownMarkWarning", "test_m.py"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
+
+
+def test_template_declares_the_current_api_and_the_documented_pin():
+    from vllm_spec_plugins._names import API_VERSION
+    from vllm_spec_plugins.template import _FILES
+
+    init = next(v for k, v in _FILES.items() if k.endswith("__init__.py"))
+    assert f"VLLM_SPEC_API = {API_VERSION}" in init
+    assert '"vllm-spec-plugins>=0.1,<0.2"' in _FILES["pyproject.toml"] and 'readme = "README.md"' in _FILES["pyproject.toml"]
+    assert "https://" not in _FILES["README.md"]  # no address that does not exist

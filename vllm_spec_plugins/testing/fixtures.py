@@ -71,9 +71,18 @@ def make_tiny_target(path: str | os.PathLike, seed: int = 0) -> Path:
 
 
 def target_lm_head(target: str | os.PathLike):
+    """The tiny target's ``lm_head.weight`` ``[vocab, hidden]`` (for plain-torch references)."""
     from safetensors.torch import load_file
 
     return load_file(str(Path(target) / "model.safetensors"))["lm_head.weight"]
+
+
+def target_embeddings(target: str | os.PathLike):
+    """The tiny target's token embeddings ``model.embed_tokens.weight`` ``[vocab, hidden]`` (for references of
+    drafters that embed tokens with the target's table)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(target) / "model.safetensors"))["model.embed_tokens.weight"]
 
 
 def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_heads: int = 3,

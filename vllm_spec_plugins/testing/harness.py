@@ -192,7 +192,10 @@ class DrafterHarness:
             query_lens: scheduled tokens per request (default: ``num_new`` or 1); the token rows of
                 ``*_ALL`` sources.
             hidden_states: the target's final hidden states of all scheduled tokens ``[sum(query_lens),
-                hidden]`` (default: random, from ``seed``).
+                hidden]``: one row per scheduled *token*, not per request (default: random, from
+                ``seed``). ``query_lens`` defaults to the tokens each row of ``sampled`` produced, so with
+                ``sampled=[[5, 6, -1], [7, -1, -1]]`` the step has 3 token rows. ``TARGET_HIDDEN_LAST``
+                takes each request's last row of its own tokens.
             aux_hidden_states: one ``[num_tokens, hidden]`` tensor per chosen target layer.
             positions: position of every scheduled token (default: ``0..num_tokens-1``).
             token_ids: the scheduled tokens' ids ``[num_tokens]`` (``TOKEN_IDS_ALL``; default: random).
@@ -221,6 +224,10 @@ class DrafterHarness:
         if hidden_states is None:
             hidden_states = torch.randn(T, self.hidden_size, generator=g)
         hidden_states = torch.as_tensor(hidden_states, dtype=self.vllm_config.model_config.dtype)
+        if hidden_states.dim() != 2 or hidden_states.shape[0] < T:
+            raise ValueError(f"Harness.step: hidden_states has shape {list(hidden_states.shape)}, expected "
+                             f"[{T}, hidden] (one row per scheduled token: query_lens {qlens.tolist()} add up to {T}; "
+                             f"query_lens defaults to the tokens each row of sampled produced)")
         if positions is None:
             positions = torch.arange(T, dtype=torch.int64)
         if token_ids is None:
