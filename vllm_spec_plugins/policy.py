@@ -631,8 +631,11 @@ class AdaptivePolicy:
             with open(tmp, "w") as f:
                 json.dump(self.summary(), f, indent=1)
             os.replace(tmp, self.stats_path)
-        except OSError:
-            pass
+        except OSError as e:
+            if not getattr(self, "_stats_warned", False):  # once: the policy keeps working without its file
+                self._stats_warned = True
+                self.log(f"vllm_spec_plugins: cannot write the policy statistics to {ENV_STATS}="
+                         f"{self.stats_path!r} ({type(e).__name__}: {e}); the policy goes on without them")
 
 
 def format_summary(s: dict[str, Any]) -> str:

@@ -303,3 +303,27 @@ def test_list_imports_no_vllm():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "NOVLLM"
     assert "Triton" not in out.stderr  # vLLM's "Triton is installed, but doesn't include CPU backend" warning
+
+
+def test_policy_stats_path_that_cannot_be_written_is_refused_at_start(tmp_path, monkeypatch):
+    from vllm_spec_plugins.patch.config import _check_policy_env
+
+    d = heads("X")
+    for bad, why in ((tmp_path / "no" / "such" / "stats.json", "does not exist or is not writable"),
+                     (tmp_path, "is a folder")):
+        monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY_STATS", str(bad))
+        with pytest.raises(PluginContractError, match=f"VLLM_SPEC_PLUGINS_POLICY_STATS='{bad}' names where the "
+                                                      f"adaptive policy writes its statistics, but .*{why}"):
+            _check_policy_env(d, 3)
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY_STATS", str(tmp_path / "stats.json"))
+    _check_policy_env(d, 3)
+
+
+def test_policy_warns_once_when_its_stats_file_cannot_be_written(tmp_path):
+    from vllm_spec_plugins.policy import AdaptivePolicy
+
+    said = []
+    p = AdaptivePolicy(3, log=said.append, stats_path=str(tmp_path / "gone" / "stats.json"))
+    p.write_stats()
+    p.write_stats()
+    assert len(said) == 1 and "cannot write the policy statistics to VLLM_SPEC_PLUGINS_POLICY_STATS=" in said[0]

@@ -278,13 +278,22 @@ def _check_aux_ids(drafter: Drafter, path: str, ids: Any, target_model_config: A
 def _check_policy_env(drafter: Drafter, k: int | None) -> None:
     """Refuse a bad ``VLLM_SPEC_PLUGINS_POLICY`` here, in process 0, with the variable named (the
     scheduler that reads it runs in the engine core, where an error would be harder to read)."""
-    from ..policy import ENV_POLICY, PolicySettings
+    from ..policy import ENV_POLICY, ENV_STATS, PolicySettings
 
     try:
         settings = PolicySettings.from_env()
     except ValueError as e:
         raise PluginContractError(f"vllm_spec_plugins: {e}", plugin_name=drafter.name,
                                   dist=drafter.display_dist) from None
+    stats = os.environ.get(ENV_STATS)
+    if stats and settings.mode != "off":
+        folder = os.path.dirname(os.path.abspath(stats)) or "."
+        if os.path.isdir(stats) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            why = "is a folder" if os.path.isdir(stats) else f"its folder '{folder}' does not exist or is not writable"
+            raise PluginContractError(
+                f"vllm_spec_plugins: {ENV_STATS}={stats!r} names where the adaptive policy writes its statistics, "
+                f"but {why}. Give a file path in a writable folder, or unset {ENV_STATS}.",
+                plugin_name=drafter.name, dist=drafter.display_dist)
     if settings.mode == "pinned" and k is not None and (settings.pin or 0) > k:
         raise PluginContractError(
             f"vllm_spec_plugins: {ENV_POLICY}={settings.pin} pins more draft tokens per step than "
