@@ -110,6 +110,10 @@ class PolicySettings:
     acceptance of a position only the runner-up drafts (position ``k + 1``) is seen only at
     probes, and a noisy estimate of it could hold the choice at the wrong ``k``."""
     close_probe_interval: int = 64
+    probe_budget: float = 0.05
+    """Once probes are ``max_probe_interval`` apart, a probe that costs more than this fraction of the time
+    between two probes (a drafter measured at many times a plain step) is spaced further: the interval
+    becomes its extra cost over this budget, so a very slow drafter is probed ever less often."""
     log_interval: float = 10.0
     cost_model: tuple[float, float] | None = None
     """``(plain, per_draft)``: charge each step ``batch * (plain + per_draft * k)`` instead of its wall time
@@ -229,6 +233,7 @@ class AdaptivePolicy:
         # stats
         self.k_steps = [0] * (k_max + 1)
         self.probe_steps = 0
+        self.probe_interval_cost_bound = 0  # the largest probe interval a probe's cost imposed (0: none)
         self.switches_off = 0
         self.switches_on = 0
         self.request_cuts = 0
@@ -402,11 +407,24 @@ class AdaptivePolicy:
                 bk.interval = min(bk.interval * 2, cfg.close_probe_interval, max(cfg.max_probe_interval, 1))
             else:
                 bk.interval = min(bk.interval * 2, cfg.max_probe_interval)
+            bound = self._probe_cost_bound(bucket, best, probe)
+            if bound > max(bk.interval, cfg.max_probe_interval):
+                bk.interval = bound
+                self.probe_interval_cost_bound = max(self.probe_interval_cost_bound, bound)
             bk.next_probe = self.step + bk.interval
             self._set_best(bk, bucket, best, rates)
             return self._explore(bk, bucket, probe, cfg.probe_steps)
         self._set_best(bk, bucket, best, rates)
         return best
+
+    def _probe_cost_bound(self, bucket: int, best: int, probe: int) -> int:
+        """Steps between probes for which a probe of ``probe`` costs at most ``probe_budget`` of the time at
+        ``best``: its extra cost (in steps at ``best``) over the budget; 0 when a cost is unknown."""
+        costs = self.costs(bucket)
+        if probe not in costs or best not in costs or costs[best] <= 0:
+            return 0
+        extra = self.cfg.probe_steps * max(costs[probe] / costs[best] - 1.0, 0.0)
+        return int(extra / self.cfg.probe_budget) + 1 if extra > 0 else 0
 
     def _new_bucket(self, bucket: int) -> _Bucket:
         """A batch size seen for the first time probes as rarely as the most confident bucket so far:
@@ -581,6 +599,7 @@ class AdaptivePolicy:
             "steps": steps,
             "k_steps": {str(k): n for k, n in enumerate(self.k_steps)},
             "probe_steps": self.probe_steps,
+            "probe_interval_cost_bound": self.probe_interval_cost_bound,
             "switches_off": self.switches_off,
             "switches_on": self.switches_on,
             "request_cuts": self.request_cuts,
@@ -618,7 +637,9 @@ class AdaptivePolicy:
         al = "/".join(f"{a:.2f}" for a in s["acceptance_per_position"])
         return (f"vllm_spec_plugins: adaptive policy ({s['mode']}) over {s['steps']} steps: {ks or 'no steps'}; "
                 f"chosen by batch size: {best or 'n/a'}; drafting turned off {s['switches_off']}x, on "
-                f"{s['switches_on']}x; probes {100 * s['probe_steps'] / steps:.1f}% of steps; acceptance per "
+                f"{s['switches_on']}x; probes {100 * s['probe_steps'] / steps:.1f}% of steps"
+                + (f" (spaced {s['probe_interval_cost_bound']} steps apart: a probe costs many plain steps)"
+                   if s.get("probe_interval_cost_bound") else "") + "; acceptance per "
                 f"position {al}; {s['host_us_per_step']} us host time per step "
                 f"({100 * s['cost_per_step_ratio']:.3f}% of a step)")
 

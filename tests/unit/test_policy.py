@@ -382,3 +382,30 @@ def test_cost_model_refuses_bad_values_naming_the_variable(raw):
 
     with pytest.raises(ValueError, match="VLLM_SPEC_PLUGINS_POLICY_COST_MODEL="):
         PolicySettings.from_env({"VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": raw})
+
+
+def test_a_very_slow_drafter_is_probed_ever_less_often_and_says_so():
+    """A drafter measured at ~1000x a plain step (a 2 s forward): probing it every max_probe_interval steps
+    would spend most of the time in probes (the reliability probe saw 75 s against 4.5 s). Probes are spaced
+    so that each costs at most probe_budget of the time between two."""
+    def slow(b, kv, kd):
+        return 0.01 + 10.0 * (kd > 0)
+
+    clock = Clock()
+    pol = AdaptivePolicy(3, PolicySettings(max_probe_interval=64), clock=clock)
+    sim = simulate(pol, clock, steps=3000, b=1, cost=slow, alpha=lambda s: 0.9)
+    base = 3000 * 0.01
+    probe_steps = sum(1 for k in sim["ks"][40:] if k)  # after the start-up exploration
+    assert probe_steps <= 4, probe_steps  # at 64 steps apart there would be about 90
+    assert sim["seconds"] < 2.5 * base + 20 * 10.0  # the start-up measurement plus a few probes
+    assert pol.probe_interval_cost_bound > 64 * 10
+    assert "a probe costs many plain steps" in pol.summary_line()
+
+
+def test_an_ordinary_drafter_keeps_its_probe_schedule():
+    """The cost bound only applies beyond max_probe_interval: a drafter at twice a plain step is probed as
+    before (the bound would be 41 steps, below the cap)."""
+    clock = Clock()
+    pol = AdaptivePolicy(3, PolicySettings(), clock=clock)
+    simulate(pol, clock, steps=2000, b=1, cost=lambda b, kv, kd: 0.01 * (1 + kd / 3), alpha=lambda s: 0.1)
+    assert pol.probe_interval_cost_bound == 0
