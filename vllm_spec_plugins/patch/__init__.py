@@ -65,16 +65,19 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
 5. ``GPUModelRunner.propose_draft_token_ids`` — :mod:`.model_runner`
    Why: ``propose`` does not receive the full hidden states (with aux outputs on it
    gets only their concatenation) and not the request ids. How: stash them on the
-   plugin proposer, then call the original unchanged. Supported vLLM: 0.32, 0.33.
-   Verified by: tests/e2e/*.
+   plugin proposer, then call the original unchanged. Remove when: the V1 runner is gone
+   (MRV2's ``propose`` receives both; vLLM issue #57684 asks for a removal plan), or V1's
+   ``propose`` gains them. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/*.
 6. ``GPUModelRunner._on_request_state_removed`` — :mod:`.model_runner`
    Why: finished/aborted requests must free their carried state. How: release the
    request's state slot, then call the original (a documented hook for platform
-   runners). Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py.
+   runners). Remove when: the V1 runner is gone (MRV2: row 15). Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/test_state_plugin.py.
 7. ``GPUModelRunner._update_states`` — :mod:`.model_runner`
    Why: the ``reset`` preemption policy needs to know which requests resumed.
    How: after the original, reset state of ``scheduled_cached_reqs.resumed_req_ids``.
-   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py (keep policy).
+   Remove when: the V1 runner is gone (MRV2: row 16). Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/test_state_plugin.py (keep policy).
 8. ``vllm.v1.core.sched.scheduler.Scheduler.__init__`` — :mod:`.scheduler`
    Why: vLLM drafts ``num_speculative_tokens`` at every step unless the user hand-tunes a
    static batch-size schedule; the adaptive drafting policy (:mod:`vllm_spec_plugins.policy`,
@@ -90,18 +93,18 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    Why: the policy times whole steps and skips the drafts of requests whose drafts keep
    failing. How: before the original, start the step clock and slice
    ``request.spec_token_ids`` of such requests to ``[]`` (new lists; async placeholders are
-   shared). Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+   shared). Remove when: as row 8. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 10. ``Scheduler.make_spec_decoding_stats`` — :mod:`.scheduler`
     Why: per-request acceptance (it receives ``request_id``, drafts, accepted). How: feed
-    the policy, then call the original unchanged (metrics stay vLLM's). Supported vLLM:
-    0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+    the policy, then call the original unchanged (metrics stay vLLM's). Remove when: as row 8.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 11. ``Scheduler.update_from_output`` — :mod:`.scheduler`
     Why: end of a step: its wall time and shape (batch size, k drafted and verified, prefill
-    or not). How: read the shape before, time after the original. Supported vLLM: 0.32, 0.33.
-    Verified by: tests/e2e/test_policy_engine.py.
+    or not). How: read the shape before, time after the original. Remove when: as row 8.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 12. ``Scheduler.shutdown`` — :mod:`.scheduler`
-    Why: the policy's summary line and statistics file. How: before the original.
-    Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the file), by hand (the line).
+    Why: the policy's summary line and statistics file. How: before the original. Remove when:
+    as row 8. Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the file), by hand (the line).
 
 13. ``vllm.v1.worker.gpu.model_runner.init_speculator`` (the runner module's binding) — :mod:`.model_runner_v2`
     Why: MRV2 builds its speculator with an ``if/elif`` chain (``spec_decode.init_speculator``)
@@ -130,7 +133,7 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
     Why: state is indexed on the device by MRV2's request slot. How: after the original, for
     each new request restore parked state (``keep``) or re-initialise it (``reset``) and write
     its pool slot into the speculator's slot table. Not ``_remove_request`` (also called for
-    streaming input updates). Supported vLLM: 0.32, 0.33. Verified by: as row 15.
+    streaming input updates). Remove when: as row 15. Supported vLLM: 0.32, 0.33. Verified by: as row 15.
 17. ``GPUModelRunner.postprocess_sampled`` (MRV2) — :mod:`.model_runner_v2`
     Why: ``Source.SAMPLED_TOKEN_IDS`` is the only source that is not an argument of MRV2's
     ``propose``. How: keep ``sampled_tokens`` (a device tensor, no copy) when a bound drafter
@@ -138,7 +141,8 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
     passed through (0.33 adds ``draft_tokens``). Remove when: ``propose`` receives them.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
 
-Not a patch, but vLLM internals the runtime relies on: for attention drafters that
+Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
+model's ``combine_hidden_states`` itself): for attention drafters that
 consume chosen target layers (method ``eagle3``), vLLM's ``SpecDecodeBaseProposer.propose``
 combines them only after asserting the model is one of *its own* EAGLE-3 classes.
 :meth:`vllm_spec_plugins.runtime.proposer.AttentionProposer.propose` therefore calls the
