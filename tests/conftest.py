@@ -112,24 +112,25 @@ def test_plugins_site(request, tmp_path_factory):
             os.environ["PYTHONPATH"] = old
 
 
+def _pip_target(tmp_path_factory, plugin: str) -> str:
+    """A test-only plugin distribution (tests/plugins/PLUGIN) pip-installed into a fresh folder, for PYTHONPATH."""
+    target = tmp_path_factory.mktemp(f"{plugin}-site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target),
+                    str(ROOT / "tests" / "plugins" / plugin)], check=True)
+    return str(target)
+
+
 @pytest.fixture(scope="session")
 def broken_plugin_path(tmp_path_factory) -> str:
     """A broken third-party plugin distribution, pip-installed into a folder for PYTHONPATH."""
-    target = tmp_path_factory.mktemp("broken-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target),
-                    str(ROOT / "tests" / "plugins" / "broken_plugin")], check=True)
-    return str(target)
+    return _pip_target(tmp_path_factory, "broken_plugin")
 
 
 @pytest.fixture(scope="session")
 def exiting_plugin_path(tmp_path_factory) -> str:
     """A third-party plugin whose import calls argparse's parse_args() (SystemExit), pip-installed into a folder."""
-    target = tmp_path_factory.mktemp("exiting-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target),
-                    str(ROOT / "tests" / "plugins" / "exiting_plugin")], check=True)
-    return str(target)
+    return _pip_target(tmp_path_factory, "exiting_plugin")
 
 
 @pytest.fixture(scope="session")
@@ -138,11 +139,7 @@ def faulty_plugin_path(tmp_path_factory) -> str:
 
     It fails on purpose when its drafts are requested, and claims ``LlamaForCausalLM`` (a name
     vLLM serves): installed, it must change nothing for Llama targets or plain Llama drafts."""
-    target = tmp_path_factory.mktemp("faulty-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target),
-                    str(ROOT / "tests" / "plugins" / "faulty_drafter")], check=True)
-    return str(target)
+    return _pip_target(tmp_path_factory, "faulty_drafter")
 
 
 def with_pythonpath(path: str) -> dict[str, str]:

@@ -316,10 +316,12 @@ class DrafterRuntime:
                                d.update_state, name, value.dtype, want, want)
 
     def _check_finite_logits(self, logits: torch.Tensor) -> None:
-        """NaN or inf logits on the trial's inputs: every draft would be rejected, silently. Refused."""
-        if not bool(torch.isfinite(logits).all()):
-            raise self._load_error("returned non-finite logits (NaN or inf) in its trial forward; check the "
-                                   "checkpoint's weights")
+        """NaN logits, or a row with no finite logit, on the trial's inputs: every draft would be rejected,
+        silently. Refused. (``-inf`` for tokens a drafter cannot propose, such as EAGLE-3 ids outside its
+        draft vocabulary, is fine.)"""
+        if bool(torch.isnan(logits).any()) or bool((~torch.isfinite(logits)).all(dim=-1).any()):
+            raise self._load_error("returned NaN logits (or no finite logit for a row) in its trial forward; "
+                                   "check the checkpoint's weights")
 
     def _warn_non_finite_weights(self) -> None:
         """A parameter with NaN or inf values (a warning, once per parameter name list)."""

@@ -63,8 +63,11 @@ def make_speculator(vllm_config: Any, device: torch.device, req_states: Any = No
 class Mrv2Runtime(DrafterRuntime):
     """MRV2's side of both plugin speculators: sources from ``propose``'s arguments, state by request slot."""
 
-    def _setup_mrv2(self, drafter: Drafter) -> None:
+    def _setup_mrv2(self, drafter: Drafter, setup_runtime: Any) -> None:
+        """After the vLLM speculator's own ``__init__``: the runtime (``setup_runtime()``), then MRV2's parts."""
         self.num_speculative_tokens = self.num_speculative_steps
+        self.max_reqs = self.max_num_reqs
+        setup_runtime()
         self.slot_map = torch.zeros(self.max_num_reqs, dtype=torch.int64, device=self.device)
         self.next_ids = torch.zeros(self.max_num_reqs, dtype=torch.int32, device=self.device)
         self.last_rows = torch.zeros(self.max_num_reqs, dtype=torch.int64, device=self.device)
@@ -136,6 +139,17 @@ class Mrv2Runtime(DrafterRuntime):
                       "num_rejected": num_rejected, "query_start_loc": qsl, "idx_mapping": slots}
         return B, T, last
 
+    def _begin(self, input_batch: Any, last_hidden_states: torch.Tensor, aux_hidden_states: Any,
+               num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
+               next_prefill_tokens: torch.Tensor, num_speculative_tokens: int | None):
+        """The start of a (non-dummy) ``propose``: the step's k, the sources, the guard's flag.
+        Returns ``(B, T, k, last rows, the drafts to return)``."""
+        k = self.num_speculative_steps if num_speculative_tokens is None else int(num_speculative_tokens)
+        B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
+                                  last_sampled, next_prefill_tokens)
+        self.guard.poll()
+        return B, T, k, last, self.draft_tokens[:B]
+
     def _idle(self, out: torch.Tensor, B: int) -> torch.Tensor:
         """Drafts once the guard turned speculation off: MRV2's scheduler has already reserved the
         step's draft slots (as with async scheduling on V1), so they get valid ids, each request's next
@@ -149,10 +163,8 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
         DraftModelSpeculator.__init__(self, vllm_config, device)
-        self.num_speculative_tokens = self.num_speculative_steps
-        self.max_reqs = self.max_num_reqs
-        self._setup_plugin(vllm_config, device, None, drafter, request_rows=self.max_num_reqs)
-        self._setup_mrv2(drafter)
+        self._setup_mrv2(drafter, lambda: self._setup_plugin(vllm_config, device, None, drafter,
+                                                             request_rows=self.max_num_reqs))
 
     def load_draft_model(self, target_model: torch.nn.Module, target_attn_layer_names: set[str]):
         """The plugin class through vLLM's loader, as MRV2's ``StandaloneARSpeculator`` loads a draft LM."""
@@ -179,19 +191,15 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
                 num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
                 dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
                 is_profile=False, num_speculative_tokens=None) -> torch.Tensor:
-        B, T = input_batch.num_reqs, input_batch.num_tokens
-        K = self.num_speculative_steps
-        k = K if num_speculative_tokens is None else int(num_speculative_tokens)
-        out = self.draft_tokens[:B]
         if dummy_run:
+            B, T = input_batch.num_reqs, input_batch.num_tokens
             if B:
                 self._dummy_forward(max(1, min(B, self.max_num_reqs)), max(1, min(T, self.max_num_tokens)))
-            out.fill_(-1)
-            return out
+            self.draft_tokens[:B].fill_(-1)
+            return self.draft_tokens[:B]
         guard = self.guard
-        B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
-                                  last_sampled, next_prefill_tokens)
-        guard.poll()
+        B, T, k, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
+                                         num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
         if guard.disabled:
             return self._idle(out, B)
         self._prepare_step(B, T, self.next_ids[:B], input_batch.positions[:T], last)  # carries the state
@@ -213,10 +221,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
         EagleSpeculator.__init__(self, vllm_config, device)
-        self.num_speculative_tokens = self.num_speculative_steps
-        self.max_reqs = self.max_num_reqs
-        self._setup_attention(vllm_config, device, None, drafter)
-        self._setup_mrv2(drafter)
+        self._setup_mrv2(drafter, lambda: self._setup_attention(vllm_config, device, None, drafter))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"):
@@ -249,14 +254,9 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
                 raise
             except BaseException as e:  # noqa: BLE001
                 raise self._load_error("failed in vLLM's warm-up run of the EAGLE loop", e) from e
-        B = input_batch.num_reqs
-        K = self.num_speculative_steps
-        k = K if num_speculative_tokens is None else int(num_speculative_tokens)
-        out = self.draft_tokens[:B]
         guard = self.guard
-        B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
-                                  last_sampled, next_prefill_tokens)
-        guard.poll()
+        B, T, k, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
+                                         num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
         if guard.disabled:
             return self._idle(out, B)
         ok, drafts = guard.run(f"{self.drafter.model_class} in vLLM's EAGLE loop", self._propose_guarded,
