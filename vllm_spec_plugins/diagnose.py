@@ -106,15 +106,18 @@ def select_for(host: Any, checkpoint: str, cfg: dict, method: str | None) -> tup
     otherwise vLLM's path heuristic (``eagle-`` / ``eagle3`` in the path) decides whether
     the architecture is seen as vLLM's EAGLE wrapper renames it.
     """
-    from .patch.config import ATTENTION_METHODS, alias_route, path_method, vllm_architectures
+    from .owners import find_shadows
+    from .patch.config import ATTENTION_METHODS, path_method, route_request, vllm_architectures
 
     archs = list(cfg.get("architectures") or [])
     model_type = cfg.get("model_type")
-    alias = method if method and method in host.plugins else None
-    if alias:
-        route = alias_route(host, alias, checkpoint)
-    else:
-        route = method or path_method(checkpoint)
+    if not host.reserved and host.drafters:  # names vLLM serves as models: never selected by name (the shim's rule)
+        host.reserved = {s.ckey for s in find_shadows(host.drafters) if not s.selectable}
+    # The engine's own first step (a stamp, speculators_model_type, an unmarked EAGLE layout, an alias, an
+    # unknown method), never a copy of it: what it raises, check reports.
+    request, alias = route_request(host, {"model": checkpoint, **({"method": method} if method else {})},
+                                   checkpoint, method)
+    route = request.get("method") or path_method(checkpoint)
     seen = vllm_architectures(route, archs) if route in ATTENTION_METHODS else archs
     d = host.select(seen, model_type, alias)
     if d is None:
@@ -173,6 +176,10 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     checkpoint = str(checkpoint)
     rep = Report(f"vllm-spec-plugins check {checkpoint}" + (f" --target {target}" if target else ""))
     rep.facts.update(checkpoint=checkpoint, target=str(target) if target else None, served_by=None)
+    if num_speculative_tokens is not None and num_speculative_tokens < 1:
+        rep.add("spec tokens", FAIL, f"--spec-tokens {num_speculative_tokens}: a speculative config needs "
+                                     f"num_speculative_tokens >= 1 (leave speculation out to run without drafts)")
+        return rep
     try:
         cfg = read_config(checkpoint)
     except (OSError, ValueError) as e:
@@ -214,7 +221,8 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     if target:
         from .testing.harness import engine_config
 
-        k = num_speculative_tokens or _max_tokens(d, _cfg_object(d, checkpoint)) or 3
+        k = num_speculative_tokens if num_speculative_tokens is not None else \
+            (_max_tokens(d, _cfg_object(d, checkpoint)) or 3)
         try:
             vllm_config = engine_config(target, checkpoint, num_speculative_tokens=k, method=method)
         except Exception as e:
@@ -241,7 +249,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                                     f"{d.config_class or 'transformers.AutoConfig'}: {_err(e)}")
             return rep
         hidden = getattr(hf, "hidden_size", None)
-        k = num_speculative_tokens or _max_tokens(d, hf) or 3
+        k = num_speculative_tokens if num_speculative_tokens is not None else (_max_tokens(d, hf) or 3)
     try:
         cls = _import_ref(d.model_class)
         rep.add("model class", OK, f"{d.model_class} imports")
@@ -264,7 +272,31 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                                f"({n} parameters, every one loaded)")
     except Exception as e:
         rep.add("weights", FAIL, f"'{checkpoint}' does not load into {d.model_class}: {_err(e)}")
+        return rep
+    _check_trial(rep, d, target, checkpoint, k, method)
     return rep
+
+
+def _check_trial(rep: Report, d: Drafter, target: str, checkpoint: str, k: int, method: str | None) -> None:
+    """The engine's own start-up trial (StateSpec init, state-carry hook, forward, the drafts' ids and the
+    logits), through the shim's heads proposer on CPU: what it refuses, ``check`` refuses, with its message."""
+    if d.kind != "heads":
+        rep.add("trial forward", SKIP, "attention drafters' trial runs inside vLLM's EAGLE loop: start an engine "
+                                       "(vllm_spec_plugins.testing.engine.run_engine) to run it")
+        return
+    from .errors import VllmSpecPluginError
+    from .testing.harness import DrafterHarness
+
+    try:
+        DrafterHarness(target, checkpoint, num_speculative_tokens=k, method=method)
+    except VllmSpecPluginError as e:
+        rep.add("trial forward", FAIL, str(e))
+        return
+    except Exception as e:  # noqa: BLE001
+        rep.add("trial forward", FAIL, f"building the drafter as an engine start would failed: {_err(e)}")
+        return
+    rep.add("trial forward", OK, "the start-up trial an engine runs (state init, state-carry hook, forward, "
+                                 "draft ids within the target's vocabulary) passed")
 
 
 def _filled(cfg: dict, hf: Any) -> str:

@@ -228,3 +228,40 @@ def test_doctor_cli_on_real_installation(monkeypatch, capsys):
     assert "INFO  overlap: plugin 'medusa' claims ['MedusaModel'], which vLLM also serves itself" in out
     assert out.rstrip().endswith("result: PASS")
     monkeypatch.setattr(manager, "_HOST", None)
+
+
+# -- check agrees with the engine's own first step (patch.config.route_request) ------------------------------
+
+
+def test_check_follows_the_checkpoint_stamp_like_the_engine():
+    """The shipped EAGLE-1 draft: a plain LlamaForCausalLM config with "vllm_spec_plugin": "eagle". check used
+    to say "vLLM itself serves it"; the engine serves it with the eagle plugin."""
+    from pathlib import Path
+
+    from vllm_spec_plugins import diagnose
+
+    draft = Path(__file__).resolve().parents[2] / "bench" / "drafts" / "smollm2-eagle"
+    rep = diagnose.check_checkpoint(str(draft))
+    assert rep.facts["served_by"]["plugin"] == "eagle", rep.format()
+    assert rep.facts["served_by"]["route"] == "eagle"
+
+
+def test_check_refuses_what_the_engine_refuses_before_vllm_reads_the_config(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from vllm_spec_plugins import diagnose
+
+    src = Path(__file__).resolve().parents[2] / "bench" / "drafts" / "smollm2-eagle"
+    unstamped = tmp_path / "smollm2-draft"
+    shutil.copytree(src, unstamped)
+    cfg = json.loads((unstamped / "config.json").read_text())
+    del cfg["vllm_spec_plugin"]
+    (unstamped / "config.json").write_text(json.dumps(cfg))
+    rep = diagnose.check_checkpoint(str(unstamped))
+    assert not rep.ok and "has the EAGLE layout (fc.weight) but its config.json" in rep.format()
+    rep = diagnose.check_checkpoint(str(src), method="medusa2")
+    assert not rep.ok and "names 'medusa2', which is neither an installed spec-decode plugin" in rep.format()
+    rep = diagnose.check_checkpoint(str(src), num_speculative_tokens=0)
+    assert not rep.ok and "--spec-tokens 0: a speculative config needs num_speculative_tokens >= 1" in rep.format()

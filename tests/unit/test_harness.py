@@ -213,3 +213,28 @@ def test_fixture_helpers_give_the_targets_tables(ck):
 
     emb, lm = target_embeddings(ck["target"]), target_lm_head(ck["target"])
     assert emb.shape == lm.shape == (259, 128) and not torch.equal(emb, lm)
+
+
+def test_check_with_target_runs_the_engines_trial_forward(ck, tmp_path):
+    """A Medusa draft of hidden size 64 for a target of 128: every key loads, but the engine refuses it at
+    start-up (its trial forward gets the target's hidden states). check used to say PASS; now it refuses it
+    with the engine's own message."""
+    import shutil
+
+    draft = tmp_path / "medusa-h64"
+    shutil.copytree(ck["medusa"], draft)
+    sd = load_file(str(draft / "medusa_lm_head.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    sd = {k: torch.randn(*[64 if n == 128 else n for n in v.shape], generator=g) for k, v in sd.items()}
+    save_file(sd, str(draft / "medusa_lm_head.safetensors"))
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["hidden_size"] = 64
+    (draft / "config.json").write_text(json.dumps(cfg))
+    rep = diagnose.check_checkpoint(str(draft), str(ck["target"]))
+    items = _items(rep)
+    assert not rep.ok and items["weights"].status == "ok"
+    trial = items["trial forward"]
+    assert trial.status == "fail"
+    assert (f"draft '{draft}' (plugin 'medusa', vllm-spec-medusa 0.1.0, model class "
+            f"vllm_spec_medusa.model:MedusaDraftModel) failed its trial forward at start-up") in trial.detail
+    assert _items(diagnose.check_checkpoint(str(ck["medusa"]), str(ck["target"])))["trial forward"].status == "ok"

@@ -678,6 +678,51 @@ def _excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) 
             f"to serve it with the plugin.")
 
 
+def route_request(host: PluginHost, cfg: Any, model: str | None, method: str | None,
+                  supported: bool = True) -> tuple[Any, str | None]:
+    """What the config patch does to a speculative config before vLLM reads it (also what ``check`` asks):
+    the checkpoint's stamp or ``speculators_model_type`` as ``"method"``, an unmarked EAGLE layout refused, a
+    plugin alias rewritten to its vLLM route, an unknown method refused. Returns ``(config, plugin alias)``."""
+    alias = None
+    local = _local_config(model)
+    if method is None and local:
+        stamp = _stamp_of(host, local, model)
+        if stamp is not None:
+            method = stamp
+            cfg = dict(cfg or {})
+            cfg["method"] = stamp
+    if method is None and local and local.get("speculators_model_type") in ATTENTION_METHODS:
+        _check_speculators_claim(host, model, local)
+        # A speculators checkpoint (vllm-project/speculators) names its algorithm; vLLM 0.32 resolves a
+        # plain --spec-model folder to "draft_model" and then cannot load it. Its own method, as given.
+        method = local["speculators_model_type"]
+        cfg = dict(cfg or {})
+        cfg["method"] = method
+    if method is None and local and supported:
+        _unmarked_eagle(host, model, local)
+    if isinstance(method, str) and method in host.plugins:
+        host.check_alias(method)  # raises for a broken plugin
+        alias = method
+        cfg = dict(cfg or {})
+        if not supported:
+            raise _version_error(model, method)
+        route = alias_route(host, method, model)
+        if route in ATTENTION_METHODS:
+            cfg["method"] = route
+        elif method not in _vllm_methods():
+            cfg["method"] = "draft_model"
+            own = host.plugins[method].drafters
+            if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: '{model}/config.json' has no model_type, and this "
+                    f"vLLM cannot be told which config class to use for it. Add "
+                    f"\"model_type\": \"{own[0].model_type}\" to that config.json (plugin {method!r}, "
+                    f"{own[0].display_dist}).", plugin_name=method, dist=own[0].display_dist)
+    elif isinstance(method, str) and supported and method not in _vllm_methods():
+        raise _unknown_method_error(host, method, "speculative method")
+    return cfg, alias
+
+
 def make_create_speculative_config(host: PluginHost, supported: bool):
     def wrap(original):
         def create_speculative_config(self, target_model_config, target_parallel_config):
@@ -685,43 +730,7 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
             cfg = dict(cfg) if isinstance(cfg, dict) else cfg
             model = (cfg.get("model") if isinstance(cfg, dict) else None) or getattr(self, "spec_model", None)
             method = (cfg.get("method") if isinstance(cfg, dict) else None) or getattr(self, "spec_method", None)
-            alias = None
-            local = _local_config(model)
-            if method is None and local:
-                stamp = _stamp_of(host, local, model)
-                if stamp is not None:
-                    method = stamp
-                    cfg = dict(cfg or {})
-                    cfg["method"] = stamp
-            if method is None and local and local.get("speculators_model_type") in ATTENTION_METHODS:
-                _check_speculators_claim(host, model, local)
-                # A speculators checkpoint (vllm-project/speculators) names its algorithm; vLLM 0.32 resolves a
-                # plain --spec-model folder to "draft_model" and then cannot load it. Its own method, as given.
-                method = local["speculators_model_type"]
-                cfg = dict(cfg or {})
-                cfg["method"] = method
-            if method is None and local and supported:
-                _unmarked_eagle(host, model, local)
-            if isinstance(method, str) and method in host.plugins:
-                host.check_alias(method)  # raises for a broken plugin
-                alias = method
-                cfg = dict(cfg or {})
-                if not supported:
-                    raise _version_error(model, method)
-                route = alias_route(host, method, model)
-                if route in ATTENTION_METHODS:
-                    cfg["method"] = route
-                elif method not in _vllm_methods():
-                    cfg["method"] = "draft_model"
-                    own = host.plugins[method].drafters
-                    if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
-                        raise PluginContractError(
-                            f"vllm_spec_plugins: '{model}/config.json' has no model_type, and this "
-                            f"vLLM cannot be told which config class to use for it. Add "
-                            f"\"model_type\": \"{own[0].model_type}\" to that config.json (plugin {method!r}, "
-                            f"{own[0].display_dist}).", plugin_name=method, dist=own[0].display_dist)
-            elif isinstance(method, str) and supported and method not in _vllm_methods():
-                raise _unknown_method_error(host, method, "speculative method")
+            cfg, alias = route_request(host, cfg, model, method, supported)
             if isinstance(cfg, dict):
                 self.speculative_config = cfg
             raw = {str(key).replace("-", "_"): v for key, v in cfg.items()} if isinstance(cfg, dict) else {}
