@@ -327,3 +327,16 @@ def test_policy_warns_once_when_its_stats_file_cannot_be_written(tmp_path):
     p.write_stats()
     p.write_stats()
     assert len(said) == 1 and "cannot write the policy statistics to VLLM_SPEC_PLUGINS_POLICY_STATS=" in said[0]
+
+
+def test_stamp_naming_another_plugin_is_said_about_the_key(tmp_path):
+    """A Medusa checkpoint stamped for the EAGLE-like plugin: the message is about the stamp (the user passed
+    no "method" to drop)."""
+    draft = _ckpt(tmp_path, "m", architectures=["MedusaModel"], model_type="medusa", vllm_spec_plugin="eaglelike")
+    with pytest.raises(PluginContractError) as ei:
+        _pre_hook(_host(), spec_model=draft)
+    msg = str(ei.value)
+    assert (f"'{draft}/config.json' key 'vllm_spec_plugin' names plugin 'eaglelike' (eaglelike-dist 1.0), which "
+            f"serves ['EagleLlamaForCausalLM'], but the checkpoint has architectures ['MedusaModel'] and model_type "
+            f"'medusa'. Fix that key") in msg
+    assert "drop" not in msg

@@ -461,6 +461,26 @@ def _weight_names(model: str | None) -> set[str]:
     return out
 
 
+def _check_stamp_claim(host: PluginHost, stamp: str, model: str | None, local: dict) -> None:
+    """The stamped plugin must serve this kind of checkpoint; said about the key, not about a "method" the user
+    never passed."""
+    archs = list(local.get("architectures") or [])
+    mt = local.get("model_type")
+    if not archs and not mt:
+        return
+    own = host.plugins[stamp].drafters
+    route = alias_route(host, stamp, model)
+    seen = set(vllm_architectures(route, archs)) | set(archs)
+    if any(seen & set(d.architectures) or (d.model_type and d.model_type == mt) for d in own):
+        return
+    serves = sorted({a for d in own for a in d.architectures})
+    raise PluginContractError(
+        f"vllm_spec_plugins: '{model}/config.json' key {CONFIG_STAMP!r} names plugin {stamp!r} "
+        f"({host.plugins[stamp].dist_label}), which serves {serves}, but the checkpoint has architectures {archs} "
+        f"and model_type {mt!r}. Fix that key (or 'architectures'), or remove the key.",
+        plugin_name=stamp, dist=host.plugins[stamp].dist_label)
+
+
 def _check_speculators_claim(host: PluginHost, model: str | None, local: dict) -> None:
     """A ``speculators_model_type`` (EAGLE family) on a checkpoint a heads plugin claims: the two keys disagree.
     Without this, vLLM's EAGLE route fails with its list of every architecture it knows."""
@@ -688,6 +708,7 @@ def route_request(host: PluginHost, cfg: Any, model: str | None, method: str | N
     if method is None and local:
         stamp = _stamp_of(host, local, model)
         if stamp is not None:
+            _check_stamp_claim(host, stamp, model, local)
             method = stamp
             cfg = dict(cfg or {})
             cfg["method"] = stamp
