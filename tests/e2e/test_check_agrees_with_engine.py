@@ -20,6 +20,17 @@ from vllm_spec_plugins import diagnose
 from vllm_spec_plugins.testing.engine import run_engine
 
 
+@pytest.fixture(autouse=True)
+def _environment_untouched(monkeypatch):
+    """check_checkpoint builds vLLM configs in this process: whatever vLLM writes to os.environ is undone."""
+    import os
+
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def _medusa_h64(tiny, tmp_path):
     draft = tmp_path / "medusa-h64"
     shutil.copytree(tiny["medusa"], draft)
@@ -66,7 +77,7 @@ def test_check_refuses_what_the_engine_refuses_with_the_same_message(tiny, tmp_p
     assert core.split(". ")[0] in r.log  # the engine says the same thing
 
 
-@pytest.mark.parametrize("name,plugin", [("medusa", "medusa"), ("mlp", "mlp_speculator"), ("eagle3", "eagle")])
+@pytest.mark.parametrize("name,plugin", [("mlp", "mlp_speculator"), ("eagle3", "eagle")])
 def test_check_names_the_plugin_the_engine_uses(tiny, name, plugin):
     rep = diagnose.check_checkpoint(str(tiny[name]), str(tiny["target"]))
     assert rep.ok, rep.format()

@@ -26,6 +26,8 @@ EAGLE loop with a KV cache, which needs an engine (use ``run_engine``).
 
 from __future__ import annotations
 
+import os
+
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +58,17 @@ def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int
     args = EngineArgs(model=str(target), speculative_config=spec or None, dtype=dtype, max_model_len=max_model_len,
                       max_num_seqs=max_num_seqs, enforce_eager=True, skip_tokenizer_init=True, seed=0,
                       **engine_kwargs)
-    return args.create_engine_config()
+    # vLLM's CPU platform adds PyTorch's libgomp to os.environ["LD_PRELOAD"] while it builds the config (for
+    # the engine processes it would spawn). In this process that only leaks into later subprocesses (a test
+    # session's engines, which may preload Intel OpenMP: vLLM then refuses both), so it is put back.
+    preload = os.environ.get("LD_PRELOAD")
+    try:
+        return args.create_engine_config()
+    finally:
+        if preload is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = preload
 
 
 def _free_port() -> int:
