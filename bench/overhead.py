@@ -37,9 +37,9 @@ def _measure_row(cfg: dict) -> dict:
     # In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0) with the uni-process executor.
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     if isinstance(runner, GPUModelRunner):  # V1: the runner's whole drafting call
-        owner, name, model = GPUModelRunner, "propose_draft_token_ids", runner.drafter.model
+        owner, entry, model = GPUModelRunner, "propose_draft_token_ids", runner.drafter.model
     else:  # Model Runner V2: the speculator's propose (everything MRV2 does to draft)
-        owner, name, model = type(runner.speculator), "propose", runner.speculator.model
+        owner, entry, model = type(runner.speculator), "propose", runner.speculator.model
     model = getattr(model, "inner", model)  # our attention adapter: time the plugin model itself
     acc = {"model": 0.0}
     steps: list[tuple[float, float]] = []
@@ -56,7 +56,7 @@ def _measure_row(cfg: dict) -> dict:
     for name in ("forward", "compute_logits"):
         if hasattr(model, name):
             setattr(model, name, timed(getattr(model, name)))
-    original = getattr(owner, name)
+    original = getattr(owner, entry)
 
     def propose(self, *a, **k):
         if k.get("dummy_run"):
@@ -67,7 +67,7 @@ def _measure_row(cfg: dict) -> dict:
         steps.append((time.perf_counter() - t, acc["model"]))
         return out
 
-    setattr(owner, name, propose)
+    setattr(owner, entry, propose)
     params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
     prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
     c = cfg["concurrency"]
