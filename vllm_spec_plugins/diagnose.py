@@ -211,7 +211,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                               "model_class": d.model_class, "route": "draft_model" if d.kind == "heads" else route}
     rep.add("select", OK, f"served by plugin {d.name!r} ({d.display_dist}): {why}")
     if target:  # (it needs vLLM's Triton check, i.e. importing vLLM, which check without --target avoids)
-        runner, runner_why = runner_outlook(d.kind)
+        runner, runner_why = runner_outlook()
         rep.facts["served_by"]["model_runner"] = runner
         rep.add("model runner", INFO, ("Model Runner V2" if runner == "v2" else "the V1 model runner")
                 + f" in this environment: {runner_why}")
@@ -488,7 +488,7 @@ def _vllm_build() -> dict[str, Any]:
             "minor": f"{minor[0]}.{minor[1]}" if minor else None}
 
 
-def runner_outlook(kind: str | None = None) -> tuple[str, str]:
+def runner_outlook() -> tuple[str, str]:
     """``("v1" | "v2", why)``: the model runner vLLM will pick for an engine with a plugin drafter here.
 
     The same rules as vLLM's ``VllmConfig.use_v2_model_runner`` plus the shim's

@@ -63,7 +63,7 @@ def make_speculator(vllm_config: Any, device: torch.device, req_states: Any = No
 class Mrv2Runtime(DrafterRuntime):
     """MRV2's side of both plugin speculators: sources from ``propose``'s arguments, state by request slot."""
 
-    def _setup_mrv2(self, drafter: Drafter, setup_runtime: Any) -> None:
+    def _setup_mrv2(self, setup_runtime: Any) -> None:
         """After the vLLM speculator's own ``__init__``: the runtime (``setup_runtime()``), then MRV2's parts."""
         self.num_speculative_tokens = self.num_speculative_steps
         self.max_reqs = self.max_num_reqs
@@ -163,7 +163,7 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
         DraftModelSpeculator.__init__(self, vllm_config, device)
-        self._setup_mrv2(drafter, lambda: self._setup_plugin(vllm_config, device, None, drafter,
+        self._setup_mrv2(lambda: self._setup_plugin(vllm_config, device, None, drafter,
                                                              request_rows=self.max_num_reqs))
 
     def load_draft_model(self, target_model: torch.nn.Module, target_attn_layer_names: set[str]):
@@ -221,7 +221,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
         EagleSpeculator.__init__(self, vllm_config, device)
-        self._setup_mrv2(drafter, lambda: self._setup_attention(vllm_config, device, None, drafter))
+        self._setup_mrv2(lambda: self._setup_attention(vllm_config, device, None, drafter))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"):
