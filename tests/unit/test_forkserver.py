@@ -1,0 +1,80 @@
+"""The fork server that test engines start from: each job sees its own environment and path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from vllm_spec_plugins.testing import forkserver
+
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    out = {"flag": os.environ.get("VLLM_SPEC_PLUGINS_PROBE"), "cwd": os.getcwd(), "path": sys.path,
+           "ours_loaded": [m for m in sys.modules if m.startswith("vllm_spec_plugins")],
+           "vllm_loaded": "vllm" in sys.modules, "pid": os.getpid(), "pgid": os.getpgid(0)}
+    print("PROBE " + json.dumps(out))
+    if os.environ.get("VLLM_SPEC_PLUGINS_PROBE") == "sleep":
+        import time; time.sleep(60)
+    sys.exit(int(os.environ.get("VLLM_SPEC_PLUGINS_PROBE_RC", "0")))
+""")
+
+
+def _probe(log: str) -> dict:
+    return json.loads(next(line for line in log.splitlines() if line.startswith("PROBE "))[6:])
+
+
+def test_import_key_ignores_only_what_is_read_after_import():
+    base = {"PATH": "/bin", "LD_PRELOAD": "libgomp.so", "PYTHONPATH": "/a"}
+    key = forkserver.import_key("py", base)
+    assert forkserver.import_key("py", {**base, "VLLM_SPEC_PLUGINS": "medusa", "VLLM_SPEC_PLUGINS_STRICT": "1",
+                                        "PYTEST_CURRENT_TEST": "t", "PYTHONPATH": "/b"}) == key
+    assert forkserver.import_key("py", {**base, "LD_PRELOAD": ""}) != key
+    assert forkserver.import_key("py", {**base, "TRITON_INTERPRET": "1"}) != key
+    assert forkserver.import_key("other-python", base) != key
+
+
+def test_jobs_get_their_own_environment_folder_path_and_exit_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "1")
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "vsp_probe_job.py").write_text(PROBE)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(mods), os.environ.get("PYTHONPATH", "")]))
+    forkserver._close_all()
+
+    rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [], {**env, "VLLM_SPEC_PLUGINS_PROBE": "a"}, 120)
+    first = _probe(log)
+    assert rc == 0 and first["flag"] == "a" and first["cwd"] == str(work)
+    assert first["vllm_loaded"], "the job did not start from the server's import"
+    assert first["ours_loaded"] == [], "the server imported this package: it would not start fresh in each job"
+    assert first["path"][:2] == [str(work), str(mods)]
+    assert first["pgid"] == first["pid"]
+    assert len(forkserver._servers) == 1
+
+    rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [],
+                                    {**env, "VLLM_SPEC_PLUGINS_PROBE": "b", "VLLM_SPEC_PLUGINS_PROBE_RC": "3"}, 120)
+    second = _probe(log)
+    assert rc == 3 and second["flag"] == "b" and second["pid"] != first["pid"]
+    assert len(forkserver._servers) == 1, "a job that differs only in what is read later got a server of its own"
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run_module(sys.executable, "vsp_probe_job", [], {**env, "VLLM_SPEC_PLUGINS_PROBE": "sleep"}, 4)
+    rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [], {**env, "VLLM_SPEC_PLUGINS_PROBE": "c"}, 120)
+    assert rc == 0 and _probe(log)["flag"] == "c", "the server did not survive a job killed at its timeout"
+    forkserver._close_all()
+
+
+def test_turned_off_every_job_is_a_plain_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "0")
+    (tmp_path / "vsp_probe_job.py").write_text(PROBE)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), VLLM_SPEC_PLUGINS_PROBE="x")
+    forkserver._close_all()
+    rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [], env, 60)
+    assert rc == 0 and not _probe(log)["vllm_loaded"] and forkserver._servers == {}

@@ -1,0 +1,225 @@
+"""Start test engines from an interpreter that has already imported vLLM.
+
+On a 2-core CPU machine ``from vllm import LLM`` takes about 12 s, three quarters of what
+starting a small in-process engine takes. :func:`~vllm_spec_plugins.testing.run_engine` therefore
+asks a *fork server* for each engine: a Python process started once with the job's
+environment, which imports vLLM (and nothing of this package) and then forks one child per
+job. The child sets the job's environment, changes to its folder, becomes the leader of its
+own process group and runs ``python -m vllm_spec_plugins.testing.engine JOB OUT`` there, so
+this package, its plugins and vLLM's plugin discovery all start fresh in every engine, as in
+a new process. vLLM itself forks its workers the same way.
+
+What the fork cannot change is read once, at ``import vllm``: the interpreter, and every
+environment variable outside :data:`READ_AFTER_IMPORT` (``LD_PRELOAD``, ``PYTHONPATH``,
+``TRITON_*``, vLLM's logging variables...). Jobs whose other variables differ get a server of
+their own. ``VLLM_SPEC_PLUGINS_TEST_FORKSERVER=0`` turns the servers off: every engine is
+then a plain ``subprocess`` run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+#: Variables that nothing reads while ``from vllm import LLM`` runs: a server serves jobs
+#: whose environments differ only in these.
+#: ``PYTHONPATH`` is set again in each job (``sys.path``), provided that no module the server
+#: imported came from an entry the job's ``PYTHONPATH`` lacks.
+READ_AFTER_IMPORT_PREFIXES = ("VLLM_SPEC_PLUGINS",)
+READ_AFTER_IMPORT = frozenset({"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONPATH",
+                               "PYTEST_CURRENT_TEST", "PWD", "OLDPWD"})
+
+#: How many servers stay up at once (each holds an idle interpreter of about 0.6 GB).
+MAX_SERVERS = 3
+
+_SERVER_CODE = r"""
+import json, os, sys
+proto = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+from vllm import LLM, SamplingParams  # the import every job shares
+sys.stderr.flush()
+entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
+used = [p for p in entries if any(f.startswith(os.path.join(os.path.abspath(p), "")) for f in files)]
+proto.write(json.dumps({"ready": True, "used": used}) + "\n"); proto.flush()
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        break
+    proto.write(json.dumps({"pid": pid}) + "\n"); proto.flush()
+    _, status = os.waitpid(pid, 0)
+    proto.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n"); proto.flush()
+os.setsid()
+proto.close()
+null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
+log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.dup2(log, 1); os.dup2(log, 2); os.close(log)
+sys.stdin = open(0, closefd=False)
+os.environ.clear(); os.environ.update(job["env"])
+os.chdir(job["cwd"])
+job_entries = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+sys.path[:] = [os.getcwd(), *job_entries, *(p for p in sys.path[1:] if p not in entries)]
+import importlib; importlib.invalidate_caches()
+sys.argv = [job["argv"][0], *job["argv"][1:]]
+import runpy
+runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+"""
+
+
+def enabled() -> bool:
+    return os.environ.get("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def import_key(python: str, env: dict[str, str]) -> tuple:
+    """What a server must share with a job: the interpreter and the variables read at import."""
+    kept = sorted((k, v) for k, v in env.items()
+                  if k not in READ_AFTER_IMPORT and not k.startswith(READ_AFTER_IMPORT_PREFIXES))
+    return (python, tuple(kept))
+
+
+class _Server:
+    def __init__(self, python: str, env: dict[str, str]):
+        self.import_log = tempfile.NamedTemporaryFile(prefix="vsp-forkserver-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([python, "-c", _SERVER_CODE], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.import_log, cwd=tempfile.gettempdir())
+        self._buf = b""
+        self._import_text: str | None = None
+        self.used: list[str] = []
+
+    def _message(self, deadline: float | None) -> dict[str, Any] | None:
+        """The next protocol line, or None at the deadline or if the server is gone."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def ready(self, timeout: float) -> bool:
+        msg = self._message(time.monotonic() + timeout)
+        if not (msg and msg.get("ready")):
+            return False
+        self.used = list(msg.get("used", []))
+        return True
+
+    def serves(self, env: dict[str, str]) -> bool:
+        """Whether every ``PYTHONPATH`` entry the server imported from is on the job's too."""
+        entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        return all(p in entries for p in self.used)
+
+    def import_text(self) -> str:
+        """What ``import vllm`` printed in the server: each job's log begins with it, as in a new process."""
+        if self._import_text is None:
+            with open(self.import_log.name, errors="replace") as f:
+                self._import_text = f.read()
+        return self._import_text
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, module: str, argv: list[str], env: dict[str, str], cwd: str, log_path: str,
+            timeout: float) -> int | None:
+        """Run one job; its exit code, or None if the server broke down (the caller runs it another way).
+
+        Raises ``subprocess.TimeoutExpired`` after killing the job's process group at the timeout.
+        """
+        job = {"module": module, "argv": argv, "env": env, "cwd": cwd, "log": log_path}
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return None
+        deadline = time.monotonic() + timeout
+        started = self._message(deadline)
+        if not started or "pid" not in started:
+            return None
+        done = self._message(deadline)
+        if done is None and self.alive():
+            try:
+                os.killpg(started["pid"], signal.SIGKILL)
+            except OSError:
+                pass
+            self._message(time.monotonic() + 30)
+            raise subprocess.TimeoutExpired([module, *argv], timeout)
+        if not done or "rc" not in done:
+            return None
+        return int(done["rc"])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+        try:
+            os.unlink(self.import_log.name)
+        except OSError:
+            pass
+
+
+_servers: dict[tuple, _Server] = {}
+
+
+def _server_for(python: str, env: dict[str, str]) -> _Server | None:
+    key = import_key(python, env)
+    server = _servers.get(key)
+    if server is not None and server.alive() and server.serves(env):
+        _servers[key] = _servers.pop(key)  # most recently used last
+        return server
+    if server is not None:
+        _servers.pop(key).close()
+    while len(_servers) >= MAX_SERVERS:
+        _servers.pop(next(iter(_servers))).close()
+    server = _Server(python, env)
+    if not server.ready(timeout=300):
+        server.close()
+        return None
+    _servers[key] = server
+    return server
+
+
+def run_module(python: str, module: str, argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """``python -m module *argv`` with ``env``: (exit code, stdout and stderr together).
+
+    Through a fork server when :func:`enabled`, else (or when a server breaks down) as a
+    plain subprocess. Raises ``subprocess.TimeoutExpired`` at the timeout.
+    """
+    if enabled():
+        server = _server_for(python, env)
+        if server is not None:
+            with tempfile.NamedTemporaryFile(prefix="vsp-engine-", suffix=".log", delete=False) as f:
+                log_path = f.name
+            try:
+                rc = server.run(module, [module, *argv], env, os.getcwd(), log_path, timeout)
+                if rc is not None:
+                    with open(log_path, errors="replace") as f:
+                        return rc, server.import_text() + f.read()
+            finally:
+                os.unlink(log_path)
+            _servers.pop(import_key(python, env), None)
+            server.close()
+    proc = subprocess.run([python, "-m", module, *argv], env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@atexit.register
+def _close_all() -> None:
+    while _servers:
+        _servers.popitem()[1].close()
