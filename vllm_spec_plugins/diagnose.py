@@ -176,9 +176,13 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     checkpoint = str(checkpoint)
     rep = Report(f"vllm-spec-plugins check {checkpoint}" + (f" --target {target}" if target else ""))
     rep.facts.update(checkpoint=checkpoint, target=str(target) if target else None, served_by=None)
-    if num_speculative_tokens is not None and num_speculative_tokens < 1:
-        rep.add("spec tokens", FAIL, f"--spec-tokens {num_speculative_tokens}: a speculative config needs "
-                                     f"num_speculative_tokens >= 1 (leave speculation out to run without drafts)")
+    from .errors import VllmSpecPluginError
+    from .patch.config import check_spec_tokens
+
+    try:
+        check_spec_tokens(num_speculative_tokens)
+    except VllmSpecPluginError as e:
+        rep.add("spec tokens", FAIL, str(e))
         return rep
     try:
         cfg = read_config(checkpoint)
@@ -197,10 +201,31 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     if d is None:
         archs = list(cfg.get("architectures") or [])
         known = _vllm_known_archs()
-        if archs and all(a in known for a in archs):
+        if not archs and not cfg.get("model_type"):
+            from .patch.config import no_identity_note
+
+            rep.add("select", FAIL, no_identity_note(host, checkpoint))
+        elif archs and all(a in known for a in archs):
             rep.facts["served_by"] = {"plugin": None, "vllm": True}
             rep.add("select", INFO, f"no installed plugin claims architectures {archs} or model_type "
                                     f"{cfg.get('model_type')!r}; vLLM itself serves it (route {route or 'default'})")
+            from .patch.config import excluded_claim
+
+            claim = excluded_claim(host, archs, cfg.get("model_type"))
+            if claim:  # the engine's warning
+                rep.add("plugins", WARN, claim)
+            if target:  # vLLM's own config for it, as the engine builds it (and what it says when it cannot)
+                from .testing.harness import engine_config
+
+                k = num_speculative_tokens if num_speculative_tokens is not None else 3
+                try:
+                    spec = engine_config(target, checkpoint, num_speculative_tokens=k, method=method).speculative_config
+                except Exception as e:
+                    rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_"
+                                                   f"config={{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
+                    return rep
+                rep.add("engine config", OK, f"vLLM method {spec.method!r}, {spec.num_speculative_tokens} "
+                                             f"speculative tokens")
         else:
             rep.add("select", FAIL,
                     f"no installed plugin claims architectures {archs} or model_type {cfg.get('model_type')!r}, "
@@ -272,6 +297,8 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                                f"({n} parameters, every one loaded)")
     except Exception as e:
         rep.add("weights", FAIL, f"'{checkpoint}' does not load into {d.model_class}: {_err(e)}")
+        if d.kind == "heads":  # what the engine says of it: its own load, in the trial's proposer
+            _check_trial(rep, d, target, checkpoint, k, method)
         return rep
     _check_trial(rep, d, target, checkpoint, k, method)
     return rep
@@ -334,12 +361,12 @@ def _check_bindings(rep: Report, d: Drafter, cls: type, hf: Any, hidden: int | N
                   num_spec_tokens=k)
     hooks = [("forward", cls.forward, dict(state_params=True, loop_inputs=loop_inputs))]
     if d.state:
-        update = getattr(cls, d.update_state, None)
-        if update is None:
-            rep.add(d.update_state, FAIL, f"{d.model_class} declares state {[s.name for s in d.state]} but has no "
-                                          f"state-carry hook method {d.update_state!r}")
-        else:
-            hooks.append((d.update_state, update, dict(state_params=True)))
+        from .runtime.core import state_hook
+
+        try:
+            hooks.append((d.update_state, state_hook(d, cls), dict(state_params=True)))
+        except PluginContractError as e:
+            rep.add(d.update_state, FAIL, str(e))
     for label, fn, kw in hooks:
         try:
             bindings = bind(d, fn, **common, **kw)

@@ -226,15 +226,15 @@ def test_missing_model_module_is_named_before_vllms_error(tmp_path):
 def test_excluded_plugin_serving_the_draft_is_named(monkeypatch):
     """VLLM_SPEC_PLUGINS=eagle and a Medusa checkpoint: say that the installed medusa plugin is excluded."""
     from vllm_spec_plugins.manager import PluginHost
-    from vllm_spec_plugins.patch.config import _excluded_claim
+    from vllm_spec_plugins.patch.config import excluded_claim
 
     monkeypatch.setenv("VLLM_SPEC_PLUGINS", "eagle")
     host = PluginHost().load()
     assert "medusa" in host.skipped
-    msg = _excluded_claim(host, ["MedusaModel"], "medusa")
+    msg = excluded_claim(host, ["MedusaModel"], "medusa")
     assert msg.startswith("vllm_spec_plugins: this draft (model_type 'medusa') is served by plugin 'medusa' "
                           "(vllm-spec-medusa 0.1.0), which VLLM_SPEC_PLUGINS='eagle' excludes.")
-    assert _excluded_claim(host, ["Qwen2ForCausalLM"], "qwen2") == ""
+    assert excluded_claim(host, ["Qwen2ForCausalLM"], "qwen2") == ""
 
 
 def test_config_naming_nothing_says_what_to_add(tmp_path):

@@ -159,6 +159,14 @@ def _resolve_dim(d: Drafter, hf_config: Any, dim: int | str, what: str) -> int:
     return value
 
 
+def _path_route_error(drafter: Drafter, path: str, method: str) -> PluginContractError:
+    return PluginContractError(
+        f"vllm_spec_plugins: draft '{path}' belongs to plugin {drafter.name!r} ({drafter.display_dist}), "
+        f"but vLLM picked method {method!r} from the checkpoint path (it contains "
+        f"'eagle-', 'eagle3', 'dflash' or 'dspark'). Rename the checkpoint folder.",
+        plugin_name=drafter.name, dist=drafter.display_dist)
+
+
 def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: bool,
                   user_draft_tp: int | None = None) -> Any:
     """Post-process the SpeculativeConfig vLLM built: route a plugin draft to the plugin.
@@ -178,7 +186,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     archs = list(getattr(hf, "architectures", None) or [])
     drafter = host.select(archs, getattr(hf, "model_type", None), alias)
     if drafter is None:
-        claim = _excluded_claim(host, archs, getattr(hf, "model_type", None)) if supported else ""
+        claim = excluded_claim(host, archs, getattr(hf, "model_type", None)) if supported else ""
         if claim:
             logger.warning("%s vLLM serves it with its own method %r instead.", claim, spec.method)
         return spec
@@ -187,11 +195,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     path = dmc.model
     if drafter.kind == "heads":
         if spec.method in _PATH_METHODS:
-            raise PluginContractError(
-                f"vllm_spec_plugins: draft '{path}' belongs to plugin {drafter.name!r} ({drafter.display_dist}), "
-                f"but vLLM picked method {spec.method!r} from the checkpoint path (it contains "
-                f"'eagle-', 'eagle3', 'dflash' or 'dspark'). Rename the checkpoint folder.",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+            raise _path_route_error(drafter, path, spec.method)
         spec.method = "draft_model"
     else:
         # Attention drafters run in vLLM's EAGLE loop: vLLM must have taken the EAGLE route
@@ -630,6 +634,25 @@ def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
         model_mod.get_config = original
 
 
+def check_spec_tokens(k: Any) -> None:
+    """A speculative config asks for at least one token (vLLM's own refusal is a bare validation error)."""
+    if isinstance(k, int) and not isinstance(k, bool) and k < 1:
+        raise PluginContractError(
+            f"vllm_spec_plugins: num_speculative_tokens={k} (--spec-tokens {k}): a speculative config needs "
+            f"num_speculative_tokens >= 1 (leave speculation out to run without drafts)")
+
+
+def no_identity_note(host: PluginHost, model: str) -> str:
+    """A draft config naming neither an architecture nor a model_type (also what ``check`` says of one)."""
+    typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.name!r}, {d.display_dist})"
+             for d in host.drafters if d.model_type]
+    return (f"vllm_spec_plugins: '{model}/config.json' names neither an architecture nor a model_type, so "
+            f"nothing can tell which drafter serves it (old FasterDecoding Medusa configs look like this). Pass "
+            f"--speculative-config '{{\"method\": \"<plugin>\", \"model\": \"{model}\", ...}}', or add "
+            f"\"{CONFIG_STAMP}\": \"<plugin>\" or the model_type to that config.json"
+            + (f": {', '.join(typed)}." if typed else "."))
+
+
 def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
     """Why vLLM could not build a draft's config, when a plugin is the reason (else "")."""
     local = _local_config(model)
@@ -638,37 +661,39 @@ def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
         d = host.select(list(local.get("architectures") or []), local.get("model_type"), alias)
     except VllmSpecPluginError as e:
         return str(e)
-    if d is not None:
-        mod = d.model_class.partition(":")[0]
+    if d is not None and d.kind == "heads" and alias is None and path_method(model) in _PATH_METHODS:
+        # vLLM took its EAGLE route from the folder name and renamed the architecture before failing
+        notes.append(str(_path_route_error(d, str(model), str(path_method(model)))))
+    elif d is not None:
+        mod, _, name = d.model_class.partition(":")
         try:
             import importlib
 
-            importlib.import_module(mod)
+            module = importlib.import_module(mod)
         except Exception as e:  # noqa: BLE001
             notes.append(
                 f"vllm_spec_plugins: draft '{model}' is served by plugin {d.name!r} ({d.display_dist}), whose model "
                 f"class {d.model_class!r} cannot be imported: module {mod!r} failed with {type(e).__name__}: {e}. "
                 f"Reinstall or upgrade {d.display_dist}, or install what it needs.")
+        else:
+            if getattr(module, name, None) is None:
+                notes.append(
+                    f"vllm_spec_plugins: draft '{model}' is served by plugin {d.name!r} ({d.display_dist}), which "
+                    f"names model class {d.model_class!r}, but module {mod!r} has no attribute {name!r}. Fix the "
+                    f"Drafter(model_class=...) of the plugin.")
     elif local:
-        claim = _excluded_claim(host, list(local.get("architectures") or []), local.get("model_type"))
+        claim = excluded_claim(host, list(local.get("architectures") or []), local.get("model_type"))
         if claim:
             notes.append(claim)
         elif not local.get("architectures") and not local.get("model_type"):
-            typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.name!r}, {d.display_dist})"
-                     for d in host.drafters if d.model_type]
-            notes.append(
-                f"vllm_spec_plugins: '{model}/config.json' names neither an architecture nor a model_type, so "
-                f"nothing can tell which drafter serves it (old FasterDecoding Medusa configs look like this). Pass "
-                f"--speculative-config '{{\"method\": \"<plugin>\", \"model\": \"{model}\", ...}}', or add "
-                f"\"{CONFIG_STAMP}\": \"<plugin>\" or the model_type to that config.json"
-                + (f": {', '.join(typed)}." if typed else "."))
+            notes.append(no_identity_note(host, str(model)))
     broken = host.describe_broken()
     if broken and not notes:
         notes.append("vllm_spec_plugins: " + broken)
     return "\n".join(notes)
 
 
-def _excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -> str:
+def excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -> str:
     """A sentence when a plugin excluded by ``VLLM_SPEC_PLUGINS`` would serve this draft (else "")."""
     if not host.skipped:
         return ""
@@ -762,6 +787,7 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
                 if claimed:
                     raise _version_error(model, claimed)
                 return original(self, target_model_config, target_parallel_config)
+            check_spec_tokens(k)
             _precheck_max_tokens(host, model, alias, k)
             try:
                 with _filling_sizes(host, alias, target_model_config):

@@ -71,6 +71,17 @@ def _import_class(d: Drafter) -> type:
     return cls
 
 
+def state_hook(drafter: Drafter, model_cls: type) -> Any:
+    """The state-carry hook method of a drafter that declares carried state (``check`` asks the same)."""
+    update = getattr(model_cls, drafter.update_state, None)
+    if update is None:
+        raise PluginContractError(
+            f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) declares carried state "
+            f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
+            f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
+    return update
+
+
 def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     if name == "model":
         return model_dtype
@@ -104,13 +115,7 @@ class DrafterRuntime:
                                      **common)
         self.update_bindings: list[Binding] = []
         if drafter.state:
-            update = getattr(self.model_cls, drafter.update_state, None)
-            if update is None:
-                raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) declares carried state "
-                    f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
-                    f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
-            self.update_bindings = bind(drafter, update, state_params=True, **common)
+            self.update_bindings = bind(drafter, state_hook(drafter, self.model_cls), state_params=True, **common)
         self.needs_aux_hidden_states = needs_aux(self.forward_bindings + self.update_bindings)
         if self.needs_aux_hidden_states and not aux_ids:
             raise PluginContractError(
@@ -267,13 +272,17 @@ class DrafterRuntime:
         d = self.drafter
         hf = self.draft_model_config.hf_config
         cause = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+        found = (getattr(hf, "hidden_size", None), getattr(hf, "vocab_size", None))
+        if found == (self.target_hidden_size, self.target_vocab_size):
+            advice = (f"The draft config's sizes match the target's (hidden_size {found[0]}, vocab_size {found[1]}): "
+                      f"fix the checkpoint, or report it to the authors of {d.display_dist}.")
+        else:
+            advice = (f"Expected a draft for this target: hidden_size {self.target_hidden_size} and vocab_size "
+                      f"{self.target_vocab_size} (the target's); found in the draft config: hidden_size {found[0]}, "
+                      f"vocab_size {found[1]}. Use a draft trained for this target, or fix its config.json.")
         return PluginLoadError(
             f"vllm_spec_plugins: draft '{self.draft_model_config.model}' (plugin {d.name!r}, {d.display_dist}, "
-            f"model class {d.model_class}) {what}{cause}. Expected a draft for this target: hidden_size "
-            f"{self.target_hidden_size} and vocab_size {self.target_vocab_size} (the target's); found in the "
-            f"draft config: hidden_size {getattr(hf, 'hidden_size', None)}, vocab_size "
-            f"{getattr(hf, 'vocab_size', None)}. Use a draft trained for this target, or fix its config.json.",
-            plugin_name=d.name, dist=d.display_dist)
+            f"model class {d.model_class}) {what}{cause}. {advice}", plugin_name=d.name, dist=d.display_dist)
 
     @contextlib.contextmanager
     def _plugin_call(self, what: str):

@@ -9,6 +9,11 @@ wrong shape (``"init_shape"``); ``FaultyMissingInitDrafter`` names an attribute 
 last token again (often accepted on the tiny target). ``hidden_size``/``vocab_size`` are left
 out of the fixtures' configs: the shim fills them from the target.
 
+``"shape"`` (ids of width 1), ``"wide"`` (logits over more tokens than the vocabulary) and
+``"nan"`` (NaN logits) fail the start-up trial. ``FaultyImportDrafter`` and ``FaultyNoClassDrafter``
+name a model class that cannot be imported; ``FaultyNoHookDrafter`` declares state without a
+state-carry hook; ``FaultyAuxDrafter`` reads target layer ids from a config key ``layer_ids``.
+
 ``ShadowLlama`` claims ``LlamaForCausalLM``, an architecture vLLM serves: installing this
 plugin must change nothing for Llama targets or plain Llama drafts.
 """
@@ -50,6 +55,32 @@ def vllm_spec_register_drafters(register):
         config_class="vsp_faulty_drafter.config:FaultyConfig",
         state=(StateSpec(name="seen", shape=(1,), dtype="int64", init="no_such_attribute"),),
         max_speculative_tokens="num_heads",
+    ))
+    register(Drafter(
+        architectures=("FaultyImportDrafter",),
+        model_type="vsp_faulty",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        model_class="vsp_faulty_drafter.no_such_module:FaultyDrafter",
+    ))
+    register(Drafter(
+        architectures=("FaultyNoClassDrafter",),
+        model_type="vsp_faulty",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        model_class="vsp_faulty_drafter.model:NoSuchDrafter",
+    ))
+    register(Drafter(
+        architectures=("FaultyNoHookDrafter",),
+        model_type="vsp_faulty",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        model_class="vsp_faulty_drafter.model:FaultyDrafter",
+        state=(StateSpec(name="seen", shape=(1,), dtype="int64"),),
+    ))
+    register(Drafter(
+        architectures=("FaultyAuxDrafter",),
+        model_type="vsp_faulty",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        model_class="vsp_faulty_drafter.model:FaultyDrafter",
+        aux_layer_ids="layer_ids",
     ))
     register(Drafter(
         architectures=("LlamaForCausalLM",),

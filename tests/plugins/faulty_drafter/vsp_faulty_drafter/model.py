@@ -34,6 +34,12 @@ class FaultyDrafter(nn.Module):
                 drafts[:, -1] = self.vocab + 5
         if self.fault == "bool":
             return drafts > 0
+        if self.fault == "shape":
+            return drafts[:, :1]
+        if self.fault in ("wide", "nan"):
+            if self.fault == "nan":
+                return torch.full((drafts.shape[0], self.k, self.vocab), float("nan"))
+            return torch.zeros(drafts.shape[0], self.k, self.vocab + 5)
         return drafts
 
     def load_weights(self, weights):
