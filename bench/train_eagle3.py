@@ -336,7 +336,7 @@ def main() -> None:
     for epoch in range(1, args.max_epochs + 1):
         sums = {"loss": 0.0, "n": 0, "c1": 0}
         batches = make_batches(data, data.train_seqs, args.batch_tokens, gen)
-        for bi, b in enumerate(batches):
+        for bi, b in enumerate(batches):  # noqa: B007 - bi read after the loop
             if budget.left() < eval_s * 3 + 30:
                 stopped = True
                 break

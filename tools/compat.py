@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import glob
 import importlib.util
 import os
 import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGETS_PATH = REPO_ROOT / "vllm_spec_plugins" / "patch" / "targets.py"

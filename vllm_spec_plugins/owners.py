@@ -142,7 +142,7 @@ def _vllm_archs() -> tuple[set[str], set[str]]:
     except Exception:  # noqa: BLE001 - no vLLM: nothing known
         return set(), set()
     known: set[str] = set()
-    for arch, model in reg.ModelRegistry.models.items():
+    for arch in reg.ModelRegistry.models:
         if SEP in arch:
             continue
         known.add(arch)

@@ -88,8 +88,6 @@ def replay(records: list[dict], ref: EagleReference, margin: float = 1e-3) -> di
         if pos.dim() == 2:
             pos = pos[0]
         qsl, nxt = rec["query_start_loc"].long(), rec["next_token_ids"].long()
-        B = len(rec["req_ids"])
-        T = ids.shape[0]
         sample = rec["token_indices_to_sample"]
         sample = (qsl[1:] - 1) if sample is None else sample.long()
         shifted = torch.empty_like(ids)

@@ -91,7 +91,7 @@ def test_untied_greedy_output_equals_no_speculation_with_accepted_drafts(baselin
 
 
 def test_untied_drafts_equal_torch_reference(tiny, untied):
-    r, trace = untied
+    _, trace = untied
     _, records, _ = _compare(tiny, "mlp", trace, 3)
     assert _not_just_repeats(records) > 0, "every draft repeated the last token: the test cannot tell"
 

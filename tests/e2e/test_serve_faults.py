@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from tests.conftest import MAX_TOKENS, PROMPTS, with_pythonpath
-from tests.e2e.test_faults import DIST, faulty_checkpoint
 from tests.e2e.server import metric, openai_server
+from tests.e2e.test_faults import DIST, faulty_checkpoint
 from vllm_spec_plugins.testing.engine import default_env
 
 N_REQUESTS = 16
@@ -64,7 +64,7 @@ def test_sixteen_in_flight_all_complete_when_the_drafter_raises(server, baseline
     jobs = [(PROMPTS[i % len(PROMPTS)], i % 2 == 1) for i in range(N_REQUESTS)]  # every other one streamed
     with ThreadPoolExecutor(N_REQUESTS) as pool:
         results = list(pool.map(lambda j: _complete(base, model, *j), jobs))
-    for i, ((prompt, stream), (status, tokens, finish)) in enumerate(zip(jobs, results)):
+    for i, ((_, stream), (status, tokens, finish)) in enumerate(zip(jobs, results)):
         assert status == 200, (i, stream)
         assert finish == "length", (i, stream, finish)
         assert tokens == baseline.outputs[i % len(PROMPTS)], (i, stream)
@@ -93,7 +93,7 @@ def test_plain_server_starts_and_serves_with_a_plugin_that_exits_at_import(tiny,
     and named; the plain server (no speculative config) starts and serves."""
     log_path = tmp_path / "server.log"
     with openai_server(str(tiny["target"]), None, log_path, default_env(with_pythonpath(exiting_plugin_path)),
-                       max_num_seqs=4, timeout=300) as (base, proc):
+                       max_num_seqs=4, timeout=300) as (base, _):
         status, tokens, finish = _complete(base, str(tiny["target"]), PROMPTS[0], stream=False)
         assert status == 200 and tokens == baseline.outputs[0] and finish == "length"
     log = log_path.read_text()

@@ -52,7 +52,7 @@ class TestStatePlugin(ConformanceSuite):
         return vsp_run["result"], vsp_run["records"]
 
     def test_preemption_happened_and_drafts_were_accepted(self, run):
-        r, records = run
+        r, _ = run
         assert r.metrics["preemptions"] > 0
         assert r.metrics["accepted"] > 0
         assert sorted(r.finished) == ["0", "3", "5", "6", "7"]

@@ -138,7 +138,7 @@ def test_a_request_whose_drafts_fail_is_cut_and_re_probed():
     def cost(b, kv, kd):
         return 0.020 * (1 + 0.1 * kv) + 0.001 * kd
 
-    out = simulate(pol, clock, steps=2000, b=4, cost=cost, alpha=None,
+    simulate(pol, clock, steps=2000, b=4, cost=cost, alpha=None,
                    req_alpha=lambda s, r: 0.0 if r == 3 else 0.9)
     assert pol.summary()["buckets"]["4"]["best_k"] > 0
     assert pol.request_cuts > 1000

@@ -186,7 +186,7 @@ def test_method_naming_an_excluded_plugin(tmp_path):
 
 def test_stamp_naming_no_installed_plugin(tmp_path):
     draft = _ckpt(tmp_path, "d", architectures=["LlamaForCausalLM"], vllm_spec_plugin="nosuch")
-    with pytest.raises(PluginLoadError, match="config.json' key 'vllm_spec_plugin' names 'nosuch'"):
+    with pytest.raises(PluginLoadError, match=r"config\.json' key 'vllm_spec_plugin' names 'nosuch'"):
         _pre_hook(_host(), spec_model=draft)
 
 

@@ -271,4 +271,4 @@ class ConformanceSuite:
         assert r.metrics.get("accepted", 0) > 0
 
 
-__all__ = ["ABORTED", "ConformanceSuite", "MAX_TOKENS", "PROMPTS", "SCHEDULE", "replay_tokens"]
+__all__ = ["ABORTED", "MAX_TOKENS", "PROMPTS", "SCHEDULE", "ConformanceSuite", "replay_tokens"]

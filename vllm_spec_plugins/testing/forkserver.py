@@ -166,7 +166,7 @@ class _Server:
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=10)
-        except Exception:
+        except Exception:  # noqa: BLE001
             self.proc.kill()
         try:
             os.unlink(self.import_log.name)

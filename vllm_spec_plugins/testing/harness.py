@@ -27,7 +27,6 @@ EAGLE loop with a KV cache, which needs an engine (use ``run_engine``).
 from __future__ import annotations
 
 import os
-
 import socket
 from dataclasses import dataclass, field
 from typing import Any
