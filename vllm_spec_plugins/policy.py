@@ -222,7 +222,6 @@ class AdaptivePolicy:
         self.requests: dict[str, _Request] = {}
         self.step = 0
         self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
-        self.prev_k: int | None = None
         self._probe_k: int | None = None
         self._probe_left = 0
         self._probe_bucket: int | None = None
@@ -345,7 +344,7 @@ class AdaptivePolicy:
         else:
             self._decay_pooled(self.cfg.idle_decay)
         k = self._decide(b)
-        self.prev_k, self.k = self.k, k
+        self.k = k
         self.k_steps[k] += 1
         dt = time.perf_counter() - t0
         self.decide_seconds += dt
@@ -374,7 +373,7 @@ class AdaptivePolicy:
             for k in (self.k_max, 0):
                 cell = bk.cells.get(k)
                 if cell is None or cell.n < cfg.min_samples:
-                    return self._explore(bk, bucket, k, cfg.min_samples + 1)
+                    return self._explore(bucket, k, cfg.min_samples + 1)
             rates = self.rates(bucket)
         margin = 1 + cfg.draft_margin
         best = max(rates, key=lambda k: (rates[k] / (margin if k else 1.0), -k))
@@ -384,7 +383,7 @@ class AdaptivePolicy:
             # step here (a few steps, never slower than not speculating). Verification grows dearer with
             # the batch on a compute-bound machine, so ratios from a smaller batch flatter drafting; with
             # its own t(0), and t(k) measured while it drafts, the bucket stops borrowing within steps.
-            return self._explore(bk, bucket, 0, cfg.min_samples + 1)
+            return self._explore(bucket, 0, cfg.min_samples + 1)
         cur = bk.best if bk.best is not None else self.k
         if cur in rates and best != cur and rates[best] < rates[cur] * (1 + cfg.hysteresis):
             best = cur
@@ -413,7 +412,7 @@ class AdaptivePolicy:
                 self.probe_interval_cost_bound = max(self.probe_interval_cost_bound, bound)
             bk.next_probe = self.step + bk.interval
             self._set_best(bk, bucket, best, rates)
-            return self._explore(bk, bucket, probe, cfg.probe_steps)
+            return self._explore(bucket, probe, cfg.probe_steps)
         self._set_best(bk, bucket, best, rates)
         return best
 
@@ -434,7 +433,7 @@ class AdaptivePolicy:
         bk = self.buckets[bucket] = _Bucket(interval=interval, next_probe=self.step + interval)
         return bk
 
-    def _explore(self, bk: _Bucket, bucket: int, k: int, steps: int) -> int:
+    def _explore(self, bucket: int, k: int, steps: int) -> int:
         self._probe_k = k
         self._probe_left = steps - 1
         self._probe_bucket = bucket
@@ -581,9 +580,6 @@ class AdaptivePolicy:
         if self.stats_path and now - self._last_stats_write > 5.0:
             self.write_stats()
 
-    def forget(self, req_id: str) -> None:
-        self.requests.pop(req_id, None)
-
     def _purge(self) -> None:
         old = [r for r, st in self.requests.items() if self.step - st.last_seen > 256]
         for r in old:
@@ -678,5 +674,5 @@ def format_summary(s: dict[str, Any]) -> str:
         for b, v in s["buckets"].items():
             ms = ", ".join(f"{k}: {t}" for k, t in v["step_ms"].items()) or "-"
             sp = ", ".join(f"{k}: {x}x" for k, x in v["expected_speedup"].items()) or "-"
-            lines.append(f"  {'<= ' + b:<11} {str(v['best_k']):<7} {ms:<36} {sp}")
+            lines.append(f"  {'<= ' + b:<11} {v['best_k']!s:<7} {ms:<36} {sp}")
     return "\n".join(lines)
