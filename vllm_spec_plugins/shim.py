@@ -12,8 +12,8 @@ import logging
 import os
 import threading
 
-from ._env import env_flag
-from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK, SUPPORTED_VLLM
+from ._compat import supported_text, version_supported, vllm_version
+from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -21,29 +21,6 @@ _LOCK = threading.Lock()
 _APPLIED = False
 STATUS: dict[str, object] = {"applied": False, "supported": None, "vllm": None, "error": None}
 """What :func:`register` did in this process (for tests and debugging)."""
-
-
-def vllm_version() -> tuple[str, tuple[int, int] | None]:
-    """The installed vLLM version string and its (major, minor), without importing vllm's heavy modules."""
-    try:
-        from vllm import __version__ as ver
-    except Exception:  # pragma: no cover - vllm missing or broken
-        return "not installed", None
-    parts = ver.split(".")
-    try:
-        return ver, (int(parts[0]), int(parts[1]))
-    except (ValueError, IndexError):
-        return ver, None
-
-
-def version_supported(minor: tuple[int, int] | None) -> bool:
-    if env_flag(ENV_SKIP_VERSION_CHECK):
-        return True
-    return minor in SUPPORTED_VLLM
-
-
-def supported_text() -> str:
-    return " and ".join(f"{a}.{b}" for a, b in SUPPORTED_VLLM)
 
 
 #: Every environment variable this package reads (vLLM warns about ``VLLM_*`` names it does not know, and can be
@@ -77,7 +54,7 @@ def register() -> None:
         _APPLIED = True
         try:
             declare_env_names()
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.debug("vllm_spec_plugins: could not declare environment variables", exc_info=True)
         try:
             _register()

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from vllm_spec_plugins import Drafter, PluginContractError, UnsupportedVllmError, shim
+from vllm_spec_plugins import Drafter, PluginContractError, UnsupportedVllmError, _compat, shim
 from vllm_spec_plugins.patch import _util
 from vllm_spec_plugins.patch.config import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR, finalize_spec, plugin_of
 
@@ -270,7 +270,7 @@ def test_finalize_no_draft_model(host):
 
 
 def test_finalize_unsupported_vllm(host, monkeypatch):
-    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    monkeypatch.setattr(_compat, "vllm_version", lambda: ("0.31.2", (0, 31)))
     spec = spec_for(num_heads=4)
     with pytest.raises(UnsupportedVllmError) as ei:
         finalize_spec(host, spec, None, supported=False)
@@ -281,7 +281,7 @@ def test_finalize_unsupported_vllm(host, monkeypatch):
 
 
 def test_finalize_unsupported_vllm_unclaimed_draft_is_fine(host, monkeypatch):
-    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    monkeypatch.setattr(_compat, "vllm_version", lambda: ("0.31.2", (0, 31)))
     spec = spec_for(archs=("LlamaForCausalLM",), model_type="llama", method="eagle")
     assert finalize_spec(host, spec, None, supported=False).method == "eagle"
 
@@ -485,7 +485,7 @@ def test_pre_hook_rewrites_alias_to_route(eagle_host, tmp_path, name, cfg, metho
 def test_unsupported_vllm_refuses_only_plugin_drafts(eagle_host, tmp_path, monkeypatch, cfg, method, refused):
     from vllm_spec_plugins.patch.config import make_create_speculative_config
 
-    monkeypatch.setattr(shim, "vllm_version", lambda: ("0.31.2", (0, 31)))
+    monkeypatch.setattr(_compat, "vllm_version", lambda: ("0.31.2", (0, 31)))
     calls = []
     wrapped = make_create_speculative_config(eagle_host, False)(lambda self, t, p: calls.append(1) or "spec")
     spec = {"model": _ckpt(tmp_path, "draft", **cfg), "num_speculative_tokens": 3}
