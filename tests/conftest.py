@@ -35,8 +35,13 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     import torch
     from safetensors.torch import save_file
 
-    from vllm_spec_plugins.testing.fixtures import (make_tiny_eagle, make_tiny_eagle3, make_tiny_medusa,
-                                                    make_tiny_mlp_speculator, make_tiny_target)
+    from vllm_spec_plugins.testing.fixtures import (
+        make_tiny_eagle,
+        make_tiny_eagle3,
+        make_tiny_medusa,
+        make_tiny_mlp_speculator,
+        make_tiny_target,
+    )
 
     d = tmp_path_factory.mktemp("ckpt")
     target = make_tiny_target(d / "target")

@@ -14,7 +14,17 @@ from __future__ import annotations
 import pluggy
 
 from ._names import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
-from .api import DEFAULT_INPUTS, Drafter, ExtraInput, PluginInfo, Source, StateSpec
+from .api import (
+    DEFAULT_INPUTS,
+    AttentionDraftModel,
+    Drafter,
+    ExtraInput,
+    HeadsDraftModel,
+    PluginInfo,
+    Register,
+    Source,
+    StateSpec,
+)
 from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError, UnsupportedVllmError
 
 __version__ = "0.1.0"
@@ -27,12 +37,15 @@ __all__ = [
     "DEFAULT_INPUTS",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
+    "AttentionDraftModel",
     "Drafter",
     "DuplicateArchitectureError",
     "ExtraInput",
+    "HeadsDraftModel",
     "PluginContractError",
     "PluginInfo",
     "PluginLoadError",
+    "Register",
     "Source",
     "StateSpec",
     "UnsupportedVllmError",

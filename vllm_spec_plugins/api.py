@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import enum
 import keyword
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 DrafterKind = Literal["heads", "attention"]
 PreemptPolicy = Literal["keep", "reset"]
@@ -255,6 +256,13 @@ class Drafter:
                 raise ValueError(f"extra input {e.name!r} has the name of a state; parameters named like a state "
                                  f"receive that state, so give the extra input another name")
 
+    def culprit(self, *, model_class: bool = False, checkpoint: str | None = None) -> str:
+        """This drafter as errors and log lines name it (:func:`vllm_spec_plugins.errors.culprit`)."""
+        from .errors import culprit
+
+        return culprit(self.name, self.display_dist, model_class=self.model_class if model_class else None,
+                       checkpoint=checkpoint)
+
     @property
     def display_dist(self) -> str:
         return self.dist or "unknown distribution"
@@ -277,3 +285,64 @@ class PluginInfo:
         if self.dist is None:
             return "no distribution"
         return f"{self.dist} {self.version}"
+
+
+class Register(Protocol):
+    """The ``register`` callable a plugin's :func:`~vllm_spec_plugins.hookspecs.vllm_spec_register_drafters`
+    receives: ``register(Drafter(...))``, once per architecture. It raises
+    :class:`~vllm_spec_plugins.errors.PluginContractError` naming the plugin for anything but a ``Drafter``."""
+
+    def __call__(self, drafter: Drafter, /) -> None: ...
+
+
+class HeadsDraftModel(Protocol):
+    """What the model class of a ``kind="heads"`` drafter provides.
+
+    vLLM's loader builds it as ``cls(vllm_config=..., prefix=...)`` and calls ``load_weights`` with the
+    checkpoint's ``(name, tensor)`` pairs (return the names loaded: vLLM fails on a parameter left out).
+    The shim calls ``forward`` with the inputs its signature names (docs/hooks.md) and, for carried
+    state, the state-carry hook (``Drafter.update_state``, ``update_state`` by default).
+    """
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None: ...
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> set[str]: ...
+
+
+class AttentionDraftModel(Protocol):
+    """What the model class of a ``kind="attention"`` drafter provides: vLLM's EAGLE loop calls
+    ``forward(input_ids, positions, hidden_states, inputs_embeds)`` (plus declared extra inputs), then
+    ``compute_logits(hidden_states)``; with ``aux_layer_ids`` also ``combine_hidden_states(hidden_states)``."""
+
+    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None: ...
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def compute_logits(self, hidden_states: Any) -> Any: ...
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> set[str]: ...
+
+
+#: The methods each drafter kind's model class must have (its protocol's, less ``__init__``).
+REQUIRED_METHODS: dict[str, tuple[str, ...]] = {
+    "heads": ("forward", "load_weights"),
+    "attention": ("forward", "compute_logits", "load_weights"),
+}
+
+
+def model_class_gaps(drafter: Drafter, cls: type) -> list[str]:
+    """The methods ``cls`` lacks for ``drafter``'s kind (:class:`HeadsDraftModel`,
+    :class:`AttentionDraftModel`); the shim and ``check`` refuse a class with any. (The state-carry hook
+    and ``combine_hidden_states`` are checked where they are bound, with their own messages.)"""
+    return [m for m in REQUIRED_METHODS[drafter.kind] if not callable(getattr(cls, m, None))]
+
+
+def model_class_error(drafter: Drafter, gaps: list[str]) -> str:
+    """The refusal of a model class that lacks ``gaps`` (one message, for the shim and ``check``)."""
+    protocol = "HeadsDraftModel" if drafter.kind == "heads" else "AttentionDraftModel"
+    return (f"vllm_spec_plugins: {drafter.culprit()} names model class "
+            f"{drafter.model_class!r}, which has no {', '.join(g + '()' for g in gaps)}: the model of a "
+            f"{drafter.kind!r} drafter implements vllm_spec_plugins.{protocol} (docs/hooks.md). Add the "
+            f"method(s) to the class.")

@@ -154,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "list":
         from .manager import list_plugins
-
         from .owners import as_dict, find_shadows
 
         plugins = list_plugins()

@@ -149,7 +149,7 @@ def _vllm_known_archs() -> set[str]:
         from vllm import ModelRegistry
 
         return set(ModelRegistry.get_supported_archs())
-    except Exception:
+    except Exception:  # noqa: BLE001
         return set()
 
 
@@ -195,7 +195,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         rep.add("plugins", WARN, f"plugin {p.name!r} ({p.dist_label}) failed to load: {p.error}")
     try:
         d, why, route = select_for(host, checkpoint, cfg, method)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         rep.add("select", FAIL, _err(e))
         return rep
     if d is None:
@@ -220,7 +220,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                 k = num_speculative_tokens if num_speculative_tokens is not None else 3
                 try:
                     spec = engine_config(target, checkpoint, num_speculative_tokens=k, method=method).speculative_config
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001
                     rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_"
                                                    f"config={{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
                     return rep
@@ -234,7 +234,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         return rep
     rep.facts["served_by"] = {"plugin": d.name, "distribution": d.display_dist, "kind": d.kind,
                               "model_class": d.model_class, "route": "draft_model" if d.kind == "heads" else route}
-    rep.add("select", OK, f"served by plugin {d.name!r} ({d.display_dist}): {why}")
+    rep.add("select", OK, f"served by {d.culprit()}: {why}")
     if target:  # (it needs vLLM's Triton check, i.e. importing vLLM, which check without --target avoids)
         runner, runner_why = runner_outlook()
         rep.facts["served_by"]["model_runner"] = runner
@@ -250,7 +250,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
             (_max_tokens(d, _cfg_object(d, checkpoint)) or 3)
         try:
             vllm_config = engine_config(target, checkpoint, num_speculative_tokens=k, method=method)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_config="
                                            f"{{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
             return rep
@@ -269,7 +269,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
             label = d.config_class or "transformers.AutoConfig"
             rep.add("config", OK, f"loads with {label} ({type(hf).__name__}); sizes not filled from a target "
                                   f"(pass --target)")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             rep.add("config", FAIL, f"'{checkpoint}/config.json' does not load with "
                                     f"{d.config_class or 'transformers.AutoConfig'}: {_err(e)}")
             return rep
@@ -277,8 +277,14 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         k = num_speculative_tokens if num_speculative_tokens is not None else (_max_tokens(d, hf) or 3)
     try:
         cls = _import_ref(d.model_class)
+        from .api import model_class_error, model_class_gaps
+
+        gaps = model_class_gaps(d, cls)
+        if gaps:
+            rep.add("model class", FAIL, model_class_error(d, gaps))
+            return rep
         rep.add("model class", OK, f"{d.model_class} imports")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         rep.add("model class", FAIL, f"{d.model_class} (plugin {d.name!r}, {d.display_dist}) fails to import: "
                                      f"{_err(e)}\n{_tb_tail(e)}")
         return rep
@@ -295,7 +301,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         n = sum(1 for _ in model.named_parameters())
         rep.add("weights", OK, f"'{checkpoint}' loads into {type(model).__name__} on CPU through vLLM's loader "
                                f"({n} parameters, every one loaded)")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         rep.add("weights", FAIL, f"'{checkpoint}' does not load into {d.model_class}: {_err(e)}")
         if d.kind == "heads":  # what the engine says of it: its own load, in the trial's proposer
             _check_trial(rep, d, target, checkpoint, k, method)
@@ -431,7 +437,7 @@ def check_symbol(target: Any) -> SymbolRow:
     row = SymbolRow(target.module, target.qualname, OK, "")
     try:
         obj: Any = importlib.import_module(target.module)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         row.status, row.detail = FAIL, f"module does not import: {_err(e)}"
         return row
     parts = target.qualname.split(".")
@@ -478,8 +484,8 @@ def _assigned_on_self(cls: type, name: str) -> bool:
 
 def check_manifest(minor: str | None = None) -> list[SymbolRow]:
     """Every manifest target applicable to the installed vLLM minor, checked on the imported modules."""
+    from ._compat import vllm_version
     from .patch.targets import TARGETS
-    from .shim import vllm_version
 
     if minor is None:
         _, mm = vllm_version()
@@ -488,7 +494,7 @@ def check_manifest(minor: str | None = None) -> list[SymbolRow]:
 
 
 def _vllm_build() -> dict[str, Any]:
-    from .shim import supported_text, version_supported, vllm_version
+    from ._compat import supported_text, version_supported, vllm_version
 
     ver, minor = vllm_version()
     dists = []
@@ -502,13 +508,13 @@ def _vllm_build() -> dict[str, Any]:
         from vllm.platforms import current_platform
 
         device = current_platform.device_type
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         device = f"unknown ({_err(e)})"
     try:
         import torch
 
         torch_ver = torch.__version__
-    except Exception:
+    except Exception:  # noqa: BLE001
         torch_ver = None
     return {"version": ver, "distributions": dists, "device": device, "torch": torch_ver,
             "supported": version_supported(minor), "supported_versions": supported_text(),
@@ -629,11 +635,11 @@ def _drafter_problems(d: Drafter) -> list[str]:
     if d.config_class:
         try:
             _import_ref(d.config_class)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             out.append(f"{arch}: config class {d.config_class} fails to import: {_err(e)}")
     try:
         cls = _import_ref(d.model_class)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         return out + [f"{arch}: model class {d.model_class} fails to import: {_err(e)}"]
     loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
     common = dict(hf_config=None, hidden_size=0, num_aux=0, num_spec_tokens=0)

@@ -31,3 +31,13 @@ class DuplicateArchitectureError(PluginContractError):
 
 class UnsupportedVllmError(VllmSpecPluginError):
     """A plugin draft was requested on a vLLM version the shim does not support."""
+
+
+def culprit(plugin: str, dist: str, *, model_class: str | None = None, checkpoint: str | None = None) -> str:
+    """Who an error or log line is about, written one way everywhere (pluggy's errors take the culprit as an
+    argument too): ``plugin 'x' (dist 1.0)``, ``plugin 'x' (dist 1.0), model class m:C``, or with a checkpoint
+    ``draft '<path>' (plugin 'x', dist 1.0, model class m:C)``."""
+    if checkpoint is not None:
+        inner = f"plugin {plugin!r}, {dist}" + (f", model class {model_class}" if model_class else "")
+        return f"draft '{checkpoint}' ({inner})"
+    return f"plugin {plugin!r} ({dist})" + (f", model class {model_class}" if model_class else "")

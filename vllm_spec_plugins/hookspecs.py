@@ -6,14 +6,10 @@ the plugins are discovered, before vLLM builds its speculative config.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pluggy
 
 from ._names import PROJECT_NAME
-
-if TYPE_CHECKING:
-    from .manager import DrafterRegistry
+from .api import Register
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
@@ -22,7 +18,7 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 
 @hookspec
-def vllm_spec_register_drafters(register: DrafterRegistry) -> None:
+def vllm_spec_register_drafters(register: Register) -> None:
     """Contribute one or more draft architectures.
 
     Called once per process when the plugins are discovered. Call ``register`` with
@@ -30,7 +26,7 @@ def vllm_spec_register_drafters(register: DrafterRegistry) -> None:
     no torch or vLLM here; name classes as ``"module:Class"`` strings instead.
 
     Args:
-        register: callable registry; ``register(Drafter(...))``. It checks the
+        register: callable registry (:class:`~vllm_spec_plugins.Register`); ``register(Drafter(...))``. It checks the
             registration and raises :class:`~vllm_spec_plugins.errors.PluginContractError`
             naming your plugin when something is wrong.
 

@@ -98,7 +98,7 @@ class PluginHost:
 
     # -- loading -------------------------------------------------------------
 
-    def load(self, entry_points: Iterable[Any] | None = None, allow: set[str] | None | str = "env") -> PluginHost:
+    def load(self, entry_points: Iterable[Any] | None = None, allow: set[str] | str | None = "env") -> PluginHost:
         """Load plugins from entry points (default: the installed ``vllm_spec_plugins`` group)."""
         if allow == "env":
             allow = allowed_names()
@@ -145,7 +145,7 @@ class PluginHost:
                 raise
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # isolate every plugin failure (SystemExit at import, argparse... included)
+        except BaseException as e:  # noqa: BLE001 - isolate every plugin failure (SystemExit at import, argparse... included)
             err = f"{type(e).__name__}: {e}"
             self.plugins[ep.name] = PluginInfo(ep.name, ep.value, dist, version, error=err)
             logger.warning(
@@ -176,7 +176,7 @@ class PluginHost:
 
     def _conflict_message(self, ckey: str) -> str:
         what, key = ckey.split(":", 1)
-        who = " and ".join(f"plugin {d.name!r} ({d.display_dist})" for d in self.conflicts[ckey])
+        who = " and ".join(f"{d.culprit()}" for d in self.conflicts[ckey])
         names = ",".join(sorted({d.name for d in self.conflicts[ckey]}))
         return (f"{what} {key!r} is claimed by {who}. Keep one: uninstall the other, or set "
                 f"{ENV_ALLOW} to the one you want (one of {names}).")

@@ -13,9 +13,9 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -108,6 +108,9 @@ CASES = {
                                  "ModuleNotFoundError"),
     "model-class-missing": Case(("12",), _faulty(arch="FaultyNoClassDrafter"),
                                 "but module 'vsp_faulty_drafter.model' has no attribute 'NoSuchDrafter'"),
+    "model-without-load-weights": Case(("69",), _faulty(arch="FaultyNoWeightsDrafter"),
+                                       "names model class 'vsp_faulty_drafter.model:FaultyNoWeightsDrafter', which "
+                                       "has no load_weights()"),
     "state-without-hook": Case(("16",), _faulty(arch="FaultyNoHookDrafter"),
                                "has no state-carry hook method 'update_state'"),
     "trial-hidden-64": Case(("19",), _faulty(hidden=64), "Expected a draft for this target: hidden_size 128 and "

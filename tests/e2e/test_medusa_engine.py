@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS, with_pythonpath
 from vllm_spec_plugins.testing.engine import run_engine
+
 INFO_LINE = "vllm_spec_plugins: draft '{}' served by plugin 'medusa' (vllm-spec-medusa 0.1.0)"
 
 

@@ -7,7 +7,6 @@ vllm.entrypoints.openai.api_server`` is the same server with the same flags.
 
 from __future__ import annotations
 
-
 import pytest
 import requests
 

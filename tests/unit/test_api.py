@@ -250,3 +250,37 @@ def test_a_plugin_with_a_bad_declaration_is_skipped_naming_plugin_and_field():
                           "half, bfloat16, float32, float, float64, double, int8, int16, short, int32, int, int64, "
                           "long, uint8, uint16, uint32, uint64, bool, float8_e4m3fn, float8_e5m2)")
     assert not host.drafters
+
+
+def test_model_class_gaps_name_what_each_kind_lacks():
+    from vllm_spec_plugins import AttentionDraftModel, HeadsDraftModel, Register
+    from vllm_spec_plugins.api import model_class_error, model_class_gaps
+
+    class Heads:
+        def forward(self, hidden_states): ...
+
+        def load_weights(self, weights): ...
+
+    class HeadsNoWeights:
+        def forward(self, hidden_states): ...
+
+    heads = Drafter(architectures=("A",), model_class="m:C", name="p", dist="d 1.0")
+    attention = Drafter(architectures=("B",), model_class="m:C", kind="attention", name="p", dist="d 1.0")
+    assert model_class_gaps(heads, Heads) == []
+    assert model_class_gaps(heads, HeadsNoWeights) == ["load_weights"]
+    assert model_class_gaps(attention, Heads) == ["compute_logits"]
+    msg = model_class_error(heads, ["load_weights"])
+    assert "plugin 'p' (d 1.0) names model class 'm:C', which has no load_weights()" in msg
+    assert "vllm_spec_plugins.HeadsDraftModel" in msg
+    assert {"forward", "load_weights"} <= set(dir(HeadsDraftModel)) and "compute_logits" in dir(AttentionDraftModel)
+    assert callable(Register)
+
+
+def test_culprit_is_written_one_way():
+    from vllm_spec_plugins.errors import culprit
+
+    d = Drafter(architectures=("A",), model_class="m:C", name="p", dist="d 1.0")
+    assert d.culprit() == culprit("p", "d 1.0") == "plugin 'p' (d 1.0)"
+    assert d.culprit(model_class=True) == "plugin 'p' (d 1.0), model class m:C"
+    assert d.culprit(model_class=True, checkpoint="/ck") == "draft '/ck' (plugin 'p', d 1.0, model class m:C)"
+    assert d.culprit(checkpoint="/ck") == "draft '/ck' (plugin 'p', d 1.0)"

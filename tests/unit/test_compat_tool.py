@@ -7,8 +7,8 @@ vLLM is never imported.
 from __future__ import annotations
 
 import ast
-import io
 import importlib.util
+import io
 import re
 import sys
 import zipfile

@@ -264,4 +264,5 @@ def test_check_refuses_what_the_engine_refuses_before_vllm_reads_the_config(tmp_
     rep = diagnose.check_checkpoint(str(src), method="medusa2")
     assert not rep.ok and "names 'medusa2', which is neither an installed spec-decode plugin" in rep.format()
     rep = diagnose.check_checkpoint(str(src), num_speculative_tokens=0)
-    assert not rep.ok and "num_speculative_tokens=0 (--spec-tokens 0): a speculative config needs num_speculative_tokens >= 1" in rep.format()
+    assert not rep.ok
+    assert "num_speculative_tokens=0 (--spec-tokens 0): a speculative config needs num_speculative_tokens >= 1" in rep.format()

@@ -1,6 +1,5 @@
 """Drafter classes for the unit tests of ``check`` / ``doctor`` (named as ``tests.unit.toy_drafters:X``)."""
 
-import torch
 import torch.nn as nn
 from transformers import PretrainedConfig
 

@@ -53,7 +53,7 @@ _hook_lock = threading.RLock()
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Runs callbacks right after a watched module has executed."""
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D102
+    def find_spec(self, fullname, path=None, target=None):
         if fullname not in _hooks:
             return None
         for finder in sys.meta_path:

@@ -18,12 +18,7 @@ from ..api import Drafter
 from ..errors import PluginContractError, PluginLoadError, UnsupportedVllmError, VllmSpecPluginError
 from ..manager import PluginHost
 from ..owners import private_arch
-from ._util import when_imported, wrap_method
-
-logger = logging.getLogger("vllm.spec_plugins")
-
-from ..routes import mrv2_refusal
-from ..routes import (  # noqa: F401  (re-exported: patch.scheduler and tests import them from here)
+from ..routes import (
     ARCH_ATTR,
     ATTENTION_METHOD,
     ATTENTION_METHODS,
@@ -32,8 +27,12 @@ from ..routes import (  # noqa: F401  (re-exported: patch.scheduler and tests im
     DIST_ATTR,
     PLUGIN_ATTR,
     STAMP_PREFIX,
+    mrv2_refusal,
     plugin_of,
 )
+from ._util import when_imported, wrap_method
+
+logger = logging.getLogger("vllm.spec_plugins")
 
 #: Methods vLLM's path heuristics pick from the checkpoint *path* (config/speculative.py).
 _PATH_METHODS = ("eagle", "eagle3", "dflash", "dspark")
@@ -154,14 +153,14 @@ def _resolve_dim(d: Drafter, hf_config: Any, dim: int | str, what: str) -> int:
     value = getattr(hf_config, dim, None)
     if not isinstance(value, int):
         raise PluginContractError(
-            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) declares {what} = {dim!r}, but the draft "
+            f"vllm_spec_plugins: {d.culprit()} declares {what} = {dim!r}, but the draft "
             f"config has {dim}={value!r}; expected an int", plugin_name=d.name, dist=d.display_dist)
     return value
 
 
 def _path_route_error(drafter: Drafter, path: str, method: str) -> PluginContractError:
     return PluginContractError(
-        f"vllm_spec_plugins: draft '{path}' belongs to plugin {drafter.name!r} ({drafter.display_dist}), "
+        f"vllm_spec_plugins: draft '{path}' belongs to {drafter.culprit()}, "
         f"but vLLM picked method {method!r} from the checkpoint path (it contains "
         f"'eagle-', 'eagle3', 'dflash' or 'dspark'). Rename the checkpoint folder.",
         plugin_name=drafter.name, dist=drafter.display_dist)
@@ -239,7 +238,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             pass  # vLLM's eagle3 route: its runner falls back to its own layer choice
         elif not ids:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) reads target layer ids "
+                f"vllm_spec_plugins: {drafter.culprit()} reads target layer ids "
                 f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
                 plugin_name=drafter.name, dist=drafter.display_dist)
         else:
@@ -272,7 +271,7 @@ def _check_aux_ids(drafter: Drafter, path: str, ids: Any, target_model_config: A
     if bad or dup:
         what = f"{bad} outside 0..{n}" if bad else f"{dup} more than once"
         raise PluginContractError(
-            f"vllm_spec_plugins: draft '{path}' (plugin {drafter.name!r}, {drafter.display_dist}) reads target "
+            f"vllm_spec_plugins: {drafter.culprit(checkpoint=path)} reads target "
             f"layer ids {ids} from config key {drafter.aux_layer_ids!r}: {what}. The target "
             f"'{getattr(target_model_config, 'model', '?')}' has {n} layers, so its layer ids are 0 (the "
             f"embeddings) to {n}, each at most once. Use a draft trained for this target, or fix "
@@ -370,7 +369,7 @@ def _precheck_max_tokens(host: PluginHost, model: str | None, alias: str | None,
     elif drafter.config_class:
         try:
             hf = _import(drafter.config_class).from_pretrained(model)
-        except Exception:
+        except Exception:  # noqa: BLE001
             return  # vLLM's loading reports what is wrong with the config
     else:
         return
@@ -378,7 +377,7 @@ def _precheck_max_tokens(host: PluginHost, model: str | None, alias: str | None,
 
 
 def _version_error(model: str | None, plugin: str) -> UnsupportedVllmError:
-    from ..shim import supported_text, vllm_version
+    from .._compat import supported_text, vllm_version
 
     return UnsupportedVllmError(
         f"vllm_spec_plugins {_our_version()} supports vLLM {supported_text()}; found {vllm_version()[0]}. "
@@ -397,7 +396,7 @@ def _vllm_serves(archs: list[str]) -> bool:
         from vllm import ModelRegistry
 
         known = ModelRegistry.get_supported_archs()
-    except Exception:
+    except Exception:  # noqa: BLE001
         return False
     return bool(archs) and all(a in known for a in archs)
 
@@ -623,7 +622,7 @@ def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
         revision = args[2] if len(args) > 2 else kwargs.get("revision")
         try:
             return _fill_from_target(host, hf, alias, tmc, path, revision)
-        except Exception:  # noqa: BLE001 - never worse than vLLM alone
+        except Exception:
             logger.debug("vllm_spec_plugins: could not fill draft sizes", exc_info=True)
             return hf
 
@@ -672,13 +671,13 @@ def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
             module = importlib.import_module(mod)
         except Exception as e:  # noqa: BLE001
             notes.append(
-                f"vllm_spec_plugins: draft '{model}' is served by plugin {d.name!r} ({d.display_dist}), whose model "
+                f"vllm_spec_plugins: draft '{model}' is served by {d.culprit()}, whose model "
                 f"class {d.model_class!r} cannot be imported: module {mod!r} failed with {type(e).__name__}: {e}. "
                 f"Reinstall or upgrade {d.display_dist}, or install what it needs.")
         else:
             if getattr(module, name, None) is None:
                 notes.append(
-                    f"vllm_spec_plugins: draft '{model}' is served by plugin {d.name!r} ({d.display_dist}), which "
+                    f"vllm_spec_plugins: draft '{model}' is served by {d.culprit()}, which "
                     f"names model class {d.model_class!r}, but module {mod!r} has no attribute {name!r}. Fix the "
                     f"Drafter(model_class=...) of the plugin.")
     elif local:
@@ -718,7 +717,7 @@ def excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -
     if d is None:
         return ""
     by = f"model_type {model_type!r}" if model_type and model_type == d.model_type else f"architectures {archs}"
-    return (f"vllm_spec_plugins: this draft ({by}) is served by plugin {d.name!r} ({d.display_dist}), which "
+    return (f"vllm_spec_plugins: this draft ({by}) is served by {d.culprit()}, which "
             f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r} excludes. Add {d.name!r} to {ENV_ALLOW} (or unset it) "
             f"to serve it with the plugin.")
 

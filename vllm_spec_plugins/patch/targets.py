@@ -58,7 +58,8 @@ TARGETS: tuple[Target, ...] = (
         "vllm.config.vllm",
         "VllmConfig._get_v2_model_runner_unsupported_features",
         params=("self",),
-        why="patch 2 (config.py): list a plugin draft as unsupported by Model Runner V2 only when the MRV2 backend cannot serve it",
+        why="patch 2 (config.py): list a plugin draft as unsupported by Model Runner V2 only when the MRV2 backend "
+            "cannot serve it",
     ),
     Target(
         _SPEC,

@@ -19,11 +19,10 @@ import os
 from typing import Any
 
 import torch
-
 from vllm.forward_context import set_forward_context
 
 from .._names import ENV_TRACE_DIR
-from ..api import Drafter, Source
+from ..api import Drafter, Source, model_class_error, model_class_gaps
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from ..routes import ARCH_ATTR, PLUGIN_ATTR
@@ -57,17 +56,20 @@ def _import_class(d: Drafter) -> type:
         module = importlib.import_module(mod)
     except KeyboardInterrupt:
         raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit at import included
+    except BaseException as e:
         raise PluginLoadError(
-            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, "
+            f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, "
             f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
             f"{d.display_dist}, or install what it needs.", plugin_name=d.name, dist=d.display_dist) from e
     cls = getattr(module, name, None)
     if cls is None:
         raise PluginLoadError(
-            f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) names model class {d.model_class!r}, but "
+            f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, but "
             f"module {mod!r} has no attribute {name!r}. Fix the Drafter(model_class=...) of the plugin.",
             plugin_name=d.name, dist=d.display_dist)
+    gaps = model_class_gaps(d, cls)
+    if gaps:
+        raise PluginContractError(model_class_error(d, gaps), plugin_name=d.name, dist=d.display_dist)
     return cls
 
 
@@ -76,7 +78,7 @@ def state_hook(drafter: Drafter, model_cls: type) -> Any:
     update = getattr(model_cls, drafter.update_state, None)
     if update is None:
         raise PluginContractError(
-            f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) declares carried state "
+            f"vllm_spec_plugins: {drafter.culprit()} declares carried state "
             f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
             f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
     return update
@@ -119,7 +121,7 @@ class DrafterRuntime:
         self.needs_aux_hidden_states = needs_aux(self.forward_bindings + self.update_bindings)
         if self.needs_aux_hidden_states and not aux_ids:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}) asks for aux hidden states "
+                f"vllm_spec_plugins: {drafter.culprit()} asks for aux hidden states "
                 f"but declares no aux_layer_ids config key", plugin_name=drafter.name, dist=drafter.display_dist)
 
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
@@ -250,7 +252,7 @@ class DrafterRuntime:
         if not isinstance(new, dict) or set(new) != set(pool.tensors):
             got = sorted(new) if isinstance(new, dict) else type(new).__name__
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() must "
+                f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.{d.update_state}() must "
                 f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
         if self._trace_dir:
             self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
@@ -261,7 +263,7 @@ class DrafterRuntime:
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(cur.shape):
                 got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} returned by "
+                    f"vllm_spec_plugins: {d.culprit()}: state {name!r} returned by "
                     f"{d.update_state}() has shape {got}, expected {list(cur.shape)}",
                     plugin_name=d.name, dist=d.display_dist)
         return new
@@ -292,7 +294,7 @@ class DrafterRuntime:
             yield
         except (PluginLoadError, KeyboardInterrupt):
             raise
-        except BaseException as e:  # noqa: BLE001 - SystemExit included
+        except BaseException as e:
             raise self._load_error(what, e) from e
 
     def _resolve_state_inits(self) -> None:
@@ -316,7 +318,7 @@ class DrafterRuntime:
             want = self.buffers[("state", name)].dtype
             if value.is_floating_point() and not bool(torch.isfinite(value).all()):
                 raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.{d.update_state}() "
+                    f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.{d.update_state}() "
                     f"returned non-finite values (NaN or inf) for state {name!r} from its initial state",
                     plugin_name=d.name, dist=d.display_dist)
             if value.dtype != want:
@@ -351,7 +353,7 @@ class DrafterRuntime:
                 run()
         except (PluginLoadError, KeyboardInterrupt):
             raise
-        except BaseException as e:  # noqa: BLE001 - SystemExit included
+        except BaseException as e:
             raise self._load_error("failed its trial forward at start-up", e) from e
 
     def _state_index(self, B: int) -> torch.Tensor:
@@ -433,24 +435,24 @@ class HeadsRuntime(DrafterRuntime):
         d = self.drafter
         if not isinstance(out, torch.Tensor):
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned "
+                f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.forward() returned "
                 f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
                 f"[num_reqs, k, vocab]", plugin_name=d.name, dist=d.display_dist)
         if out.dtype == torch.bool or out.is_complex():
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}.forward() returned a "
+                f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.forward() returned a "
                 f"{out.dtype} tensor; draft token ids must be integers [num_reqs, k] (or logits [num_reqs, k, "
                 f"vocab] as floats)", plugin_name=d.name, dist=d.display_dist)
         if out.is_floating_point():
             if out.dim() != 3:
                 raise PluginContractError(
-                    f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned a float tensor of "
+                    f"vllm_spec_plugins: {d.culprit()}: forward() returned a float tensor of "
                     f"shape {list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]",
                     plugin_name=d.name, dist=d.display_dist)
             out = out.argmax(dim=-1)
         if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): forward() returned shape "
+                f"vllm_spec_plugins: {d.culprit()}: forward() returned shape "
                 f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]",
                 plugin_name=d.name, dist=d.display_dist)
         return out[:, :k].to(torch.int64)
@@ -520,7 +522,7 @@ class AttentionRuntime(DrafterRuntime):
         self.combines_target_layers = bool(drafter.aux_layer_ids)
         if self.combines_target_layers and not callable(getattr(self.model_cls, "combine_hidden_states", None)):
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafter "
+                f"vllm_spec_plugins: {drafter.culprit()}: attention drafter "
                 f"{drafter.model_class} declares aux_layer_ids={drafter.aux_layer_ids!r}, so vLLM's loop feeds it "
                 f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
                 f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
@@ -528,7 +530,7 @@ class AttentionRuntime(DrafterRuntime):
         bad = token_rows(self.forward_bindings)
         if bad:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {drafter.name!r} ({drafter.display_dist}): attention drafters get "
+                f"vllm_spec_plugins: {drafter.culprit()}: attention drafters get "
                 f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
                 f"token-row sources", plugin_name=drafter.name, dist=drafter.display_dist)
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
@@ -581,7 +583,7 @@ class AttentionRuntime(DrafterRuntime):
         if combined.shape[-1] != self.hidden_size:
             d = self.drafter
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): {d.model_class}."
+                f"vllm_spec_plugins: {d.culprit()}: {d.model_class}."
                 f"combine_hidden_states() returned shape {list(combined.shape)}; expected "
                 f"[num_tokens, {self.hidden_size}] (the draft's hidden size)", plugin_name=d.name,
                 dist=d.display_dist)

@@ -81,7 +81,7 @@ class DraftGuard:
 
     def who(self) -> str:
         d = self.drafter
-        return (f"plugin {d.name!r} ({d.display_dist}), model class {self.model_class}, "
+        return (f"{d.culprit()}, model class {self.model_class}, "
                 f"draft '{self.checkpoint}'")
 
     # -- failures --------------------------------------------------------------

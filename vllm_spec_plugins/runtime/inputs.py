@@ -52,7 +52,7 @@ class Binding:
 
 def _where(d: Drafter, fn: Callable) -> str:
     qual = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-    return f"plugin {d.name!r} ({d.display_dist}), {d.model_class.split(':')[0]}.{qual}"
+    return f"{d.culprit()}, {d.model_class.split(':')[0]}.{qual}"
 
 
 def resolve_shape(d: Drafter, hf_config: Any, shape: tuple, what: str) -> tuple[int, ...]:
@@ -64,7 +64,7 @@ def resolve_shape(d: Drafter, hf_config: Any, shape: tuple, what: str) -> tuple[
         value = getattr(hf_config, dim, None)
         if not isinstance(value, int):
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}) declares {what} with dimension "
+                f"vllm_spec_plugins: {d.culprit()} declares {what} with dimension "
                 f"{dim!r}, but the draft config has {dim}={value!r} (expected an int)",
                 plugin_name=d.name, dist=d.display_dist)
         out.append(value)

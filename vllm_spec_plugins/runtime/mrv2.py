@@ -39,7 +39,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-
 from vllm.compilation.backends import set_model_tag
 from vllm.model_executor.model_loader import get_model
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
@@ -252,7 +251,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
                 return super().propose(*args, **kwargs)
             except KeyboardInterrupt:
                 raise
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 raise self._load_error("failed in vLLM's warm-up run of the EAGLE loop", e) from e
         guard = self.guard
         B, T, k, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,

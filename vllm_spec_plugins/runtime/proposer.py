@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import torch
-
 from vllm.utils.torch_utils import is_pin_memory_available
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import EagleProposer
@@ -21,8 +20,7 @@ from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from ..api import Drafter
 from ..routes import ATTENTION_METHOD
-from .core import (LOOP_INPUTS, AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime,  # noqa: F401
-                   HeadsRuntime, drafter_for)
+from .core import LOOP_INPUTS, AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
 
 logger = logging.getLogger("vllm.spec_plugins")
 

@@ -41,7 +41,7 @@ def _init_value(init: float | torch.Tensor, rows: int, shape: tuple, dtype: torc
     return torch.full((rows, *shape), init, dtype=dtype, device=device)
 
 
-def resolve_inits(pool: "StatePool", model: Any, attrs: dict[str, str], d: Drafter) -> None:
+def resolve_inits(pool: StatePool, model: Any, attrs: dict[str, str], d: Drafter) -> None:
     """API 2 ``StateSpec(init="<attribute>")``: read each initial state from the loaded draft model."""
     for name, attr in attrs.items():
         value = getattr(model, attr, None)
@@ -51,7 +51,7 @@ def resolve_inits(pool: "StatePool", model: Any, attrs: dict[str, str], d: Draft
         shape = spec[1]
         if not isinstance(value, torch.Tensor):
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} is initialised from "
+                f"vllm_spec_plugins: {d.culprit()}: state {name!r} is initialised from "
                 f"{d.model_class}.{attr}, which is {type(value).__name__}; expected a tensor (parameter or buffer) "
                 f"or a method returning one", plugin_name=d.name, dist=d.display_dist)
         try:  # the value must broadcast *to* the state's shape (not merely with it)
@@ -59,7 +59,7 @@ def resolve_inits(pool: "StatePool", model: Any, attrs: dict[str, str], d: Draft
                 raise RuntimeError
         except RuntimeError:
             raise PluginContractError(
-                f"vllm_spec_plugins: plugin {d.name!r} ({d.display_dist}): state {name!r} has shape {list(shape)}, "
+                f"vllm_spec_plugins: {d.culprit()}: state {name!r} has shape {list(shape)}, "
                 f"but its initial value {d.model_class}.{attr} has shape {list(value.shape)}",
                 plugin_name=d.name, dist=d.display_dist) from None
         pool.set_init(name, value.detach())

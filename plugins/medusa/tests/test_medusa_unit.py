@@ -6,7 +6,6 @@ import json
 import pickle
 
 import pytest
-
 from vllm_spec_medusa.config import ALIASES, MedusaConfig
 
 

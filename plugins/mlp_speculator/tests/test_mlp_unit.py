@@ -12,7 +12,6 @@ import types
 
 import pytest
 import torch
-
 from vllm_spec_mlp.config import MLPSpeculatorConfig
 
 # A config.json with every field fms-extras' MLPSpeculatorPreTrainedModel writes (a Llama-3-8B-sized speculator).

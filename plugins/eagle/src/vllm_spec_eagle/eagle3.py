@@ -28,7 +28,6 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-
 from vllm.compilation.decorators import support_torch_compile
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import QKVParallelLinear, ReplicatedLinear

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-
 from vllm.compilation.decorators import support_torch_compile
 from vllm.model_executor.layers.linear import ReplicatedLinear
 from vllm.model_executor.layers.logits_processor import LogitsProcessor

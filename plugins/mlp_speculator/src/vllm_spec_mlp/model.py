@@ -23,7 +23,6 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 

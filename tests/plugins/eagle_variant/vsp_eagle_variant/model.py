@@ -1,7 +1,6 @@
 import os
 
 import torch
-
 from vllm_spec_eagle.model import EagleDraftModel
 
 

@@ -5,13 +5,15 @@ raises), ``"exit"`` (the forward calls ``sys.exit``), ``"oov"`` (the forward ret
 or ``"state"`` (the state-carry hook raises), from the ``"fault_at"``-th call on (1-based);
 ``"bool"`` (the forward returns a bool tensor as ids, from the first call). ``FaultyInitDrafter``
 initialises its state from ``initial_seen()`` (API 2), which raises (``"init_raise"``) or has the
-wrong shape (``"init_shape"``); ``FaultyMissingInitDrafter`` names an attribute its model lacks. Until then the drafter proposes the
+wrong shape (``"init_shape"``); ``FaultyMissingInitDrafter`` names an attribute its model lacks.
+Until then the drafter proposes the
 last token again (often accepted on the tiny target). ``hidden_size``/``vocab_size`` are left
 out of the fixtures' configs: the shim fills them from the target.
 
 ``"shape"`` (ids of width 1), ``"wide"`` (logits over more tokens than the vocabulary) and
 ``"nan"`` (NaN logits) fail the start-up trial. ``FaultyImportDrafter`` and ``FaultyNoClassDrafter``
-name a model class that cannot be imported; ``FaultyNoHookDrafter`` declares state without a
+name a model class that cannot be imported; ``FaultyNoWeightsDrafter``'s
+model has no ``load_weights``; ``FaultyNoHookDrafter`` declares state without a
 state-carry hook; ``FaultyAuxDrafter`` reads target layer ids from a config key ``layer_ids``.
 
 ``ShadowLlama`` claims ``LlamaForCausalLM``, an architecture vLLM serves: installing this
@@ -67,6 +69,12 @@ def vllm_spec_register_drafters(register):
         model_type="vsp_faulty",
         config_class="vsp_faulty_drafter.config:FaultyConfig",
         model_class="vsp_faulty_drafter.model:NoSuchDrafter",
+    ))
+    register(Drafter(
+        architectures=("FaultyNoWeightsDrafter",),
+        model_type="vsp_faulty",
+        config_class="vsp_faulty_drafter.config:FaultyConfig",
+        model_class="vsp_faulty_drafter.model:FaultyNoWeightsDrafter",
     ))
     register(Drafter(
         architectures=("FaultyNoHookDrafter",),

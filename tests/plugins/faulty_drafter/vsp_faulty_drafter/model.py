@@ -49,6 +49,16 @@ class FaultyDrafter(nn.Module):
         return {"proj.weight"}
 
 
+class FaultyNoWeightsDrafter(nn.Module):
+    """A model class without load_weights(): not a HeadsDraftModel."""
+
+    def __init__(self, *, vllm_config, prefix=""):
+        super().__init__()
+
+    def forward(self, next_token_ids):
+        return next_token_ids[:, None]
+
+
 class FaultyStateDrafter(FaultyDrafter):
     def update_state(self, seen, next_token_ids):
         self.state_calls += 1
