@@ -87,7 +87,8 @@ def format_table(plugins: list[PluginInfo], shadows: list | None = None) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: every command and its options (the docs meta-test reads the commands from it)."""
     parser = argparse.ArgumentParser(prog="vllm-spec-plugins", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_list = sub.add_parser("list", help="list installed drafter plugins")
@@ -111,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     p_pol.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("cpu-env", help="print `export LD_PRELOAD=...` for Intel OpenMP and tcmalloc (vLLM's CPU build); "
                                    "use as: eval \"$(vllm-spec-plugins cpu-env)\"")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.cmd == "policy":
         return _policy(args.stats, args.json)
     if args.cmd in ("check", "doctor"):
