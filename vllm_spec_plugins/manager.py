@@ -22,7 +22,7 @@ from ._names import API_VERSION, ENTRY_POINT_GROUP, ENV_ALLOW, PROJECT_NAME
 from .api import Drafter, PluginInfo
 from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError
 
-logger = logging.getLogger("vllm_spec_plugins")
+logger = logging.getLogger("vllm.spec_plugins")
 
 
 def get_plugin_manager() -> pluggy.PluginManager:

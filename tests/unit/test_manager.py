@@ -19,7 +19,7 @@ from vllm_spec_plugins.manager import DrafterRegistry, PluginHost, allowed_names
 
 from .fakes import FakeEntryPoint, heads, host_with, plugin_registering
 
-MANAGER_LOGGER = "vllm_spec_plugins"
+MANAGER_LOGGER = "vllm.spec_plugins"
 
 
 @pytest.fixture(autouse=True)

@@ -191,7 +191,7 @@ def test_stamp_naming_no_installed_plugin(tmp_path):
 
 
 def test_allow_list_typo_warns_with_installed_plugins(caplog):
-    with attach(caplog.handler, "vllm_spec_plugins"):
+    with attach(caplog.handler, "vllm.spec_plugins"):
         _host(allow={"medlik"})
     msgs = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("VLLM_SPEC_PLUGINS names 'medlik', but no installed plugin has that name (installed: eaglelike, "

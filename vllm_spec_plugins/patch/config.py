@@ -704,7 +704,7 @@ def excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -
     if not eps:
         return ""
     other = PluginHost()
-    log = logging.getLogger("vllm_spec_plugins")
+    log = logging.getLogger("vllm.spec_plugins")
     level = log.level
     log.setLevel(logging.ERROR)  # the excluded plugins' own load warnings are noise here
     try:
