@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: ``VLLM_SPEC_PLUGINS_POLICY``: ``adaptive`` (default), ``off`` (every step drafts
 #: ``num_speculative_tokens``, as vLLM does), or an integer ``k`` (every step drafts ``k``).
@@ -183,19 +183,37 @@ class _Cell:
         return ordered[(len(ordered) - 1) // 4]
 
 
+class StepShape(NamedTuple):
+    """What :meth:`AdaptivePolicy.end_step` is told about a finished step."""
+
+    b: int
+    """Requests in the batch."""
+    k_drafted: int
+    """Draft tokens the step's requests asked for (the next step verifies them)."""
+    k_verified: int
+    """The most draft tokens any request verified in this step."""
+    pure_decode: bool
+    """Every request decoded one token plus its drafts (no prefill): the steps the policy times."""
+
+
 @dataclass
 class _Bucket:
     cells: dict[int, _Cell] = field(default_factory=dict)
     best: int | None = None
     next_probe: int = 0
     interval: int = 0
-    probe_rr: int = 0
+    probe_turn: int = 0
+    """Which of the other k values the next probe measures (round robin)."""
 
 
 @dataclass
 class _Request:
-    s: list[float]
-    n: list[float]
+    """What one request's drafts did, per draft position (decayed sums)."""
+
+    accepted: list[float]
+    """Drafts accepted at each position."""
+    verified: list[float]
+    """Drafts verified at each position."""
     steps: int = 0
     last_seen: int = 0
 
@@ -249,8 +267,8 @@ class AdaptivePolicy:
         self._suppressed = 0
         self._last_stats_write = -math.inf
         self._cuts_this_step = 0
-        self._pmin_step = -1
-        self._pmin = 0.0
+        self._min_first_acceptance_step = -1
+        self._min_first_acceptance_now = 0.0
         self._pooled1 = 0.5
 
     # -- estimates -----------------------------------------------------------
@@ -397,8 +415,8 @@ class AdaptivePolicy:
             elif close:
                 probe = runner  # a close runner-up: its estimate (its acceptance above all) needs fresh data
             else:
-                probe = others[bk.probe_rr % len(others)]
-                bk.probe_rr += 1
+                probe = others[bk.probe_turn % len(others)]
+                bk.probe_turn += 1
             changed = bk.best is not None and bk.best != best
             if changed:
                 bk.interval = cfg.probe_interval
@@ -482,17 +500,17 @@ class AdaptivePolicy:
         if k <= 0 or self.cfg.mode != "adaptive" or self._b < 2 or 2 * (self._cuts_this_step + 1) > self._b:
             return k  # the batch decision covers a lone request; the uncut half keeps the pooled estimate fresh
         r = self.requests.get(req_id)
-        if r is None or r.n[0] < self.cfg.request_min_obs:
+        if r is None or r.verified[0] < self.cfg.request_min_obs:
             return k
         r.steps += 1
         if r.steps % self.cfg.request_probe_every == 0:
             return k
-        if self._pmin_step != self.step:  # once per step
-            self._pmin_step = self.step
-            self._pmin = self._min_first_acceptance()
+        if self._min_first_acceptance_step != self.step:  # once per step
+            self._min_first_acceptance_step = self.step
+            self._min_first_acceptance_now = self._min_first_acceptance()
             self._pooled1 = self.acc_s[0] / self.acc_n[0]
-        a1 = (r.s[0] + self.cfg.request_prior * self._pooled1) / (r.n[0] + self.cfg.request_prior)
-        if a1 >= self._pmin:
+        a1 = (r.accepted[0] + self.cfg.request_prior * self._pooled1) / (r.verified[0] + self.cfg.request_prior)
+        if a1 >= self._min_first_acceptance_now:
             return k
         self.request_cuts += 1
         self._cuts_this_step += 1
@@ -535,14 +553,14 @@ class AdaptivePolicy:
             r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
         r.last_seen = self.step
         for j in range(n):
-            r.s[j] *= self.cfg.request_decay
-            r.n[j] *= self.cfg.request_decay
+            r.accepted[j] *= self.cfg.request_decay
+            r.verified[j] *= self.cfg.request_decay
         for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
             ok = 1.0 if j < a else 0.0
             self.acc_s[j] += ok
             self.acc_n[j] += 1.0
-            r.s[j] += ok
-            r.n[j] += 1.0
+            r.accepted[j] += ok
+            r.verified[j] += 1.0
 
     def _decay_pooled(self, d: float, positions: int | None = None) -> None:
         """Decay the pooled counts of the first ``positions`` positions (all by default).
@@ -554,7 +572,7 @@ class AdaptivePolicy:
             self.acc_s[j] *= d
             self.acc_n[j] *= d
 
-    def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:
+    def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:  # StepShape's fields
         """The step finished (end of ``update_from_output``); time it if it was steady."""
         now = self.clock()
         start = self._t_sched

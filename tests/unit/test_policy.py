@@ -143,8 +143,8 @@ def test_a_request_whose_drafts_fail_is_cut_and_re_probed():
     assert pol.summary()["buckets"]["4"]["best_k"] > 0
     assert pol.request_cuts > 1000
     r3, r0 = pol.requests["r3"], pol.requests["r0"]
-    assert r3.n[0] > 0  # still observed now and then (re-probed)
-    assert r0.s[0] / r0.n[0] > 0.8
+    assert r3.verified[0] > 0  # still observed now and then (re-probed)
+    assert r0.accepted[0] / r0.verified[0] > 0.8
 
 
 def test_off_and_pinned():

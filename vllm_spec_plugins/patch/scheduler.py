@@ -17,7 +17,7 @@ import logging
 from time import perf_counter
 from typing import Any
 
-from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings
+from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings, StepShape
 from ._util import when_imported, wrap_method
 from .config import plugin_of
 
@@ -82,13 +82,13 @@ def attach(scheduler: Any, vllm_config: Any, environ: dict[str, str] | None = No
     return policy
 
 
-def step_shape(scheduler_output: Any) -> dict[str, Any]:
+def step_shape(scheduler_output: Any) -> StepShape:
     """What :meth:`AdaptivePolicy.end_step` needs to know about a finished step."""
     num = scheduler_output.num_scheduled_tokens
     spec = scheduler_output.scheduled_spec_decode_tokens or {}
     pure = not scheduler_output.scheduled_new_reqs and all(n == 1 + len(spec.get(r, ())) for r, n in num.items())
-    return {"b": len(num), "k_drafted": int(scheduler_output.num_spec_tokens_to_schedule or 0),
-            "k_verified": max((len(v) for v in spec.values()), default=0), "pure_decode": pure}
+    return StepShape(b=len(num), k_drafted=int(scheduler_output.num_spec_tokens_to_schedule or 0),
+                     k_verified=max((len(v) for v in spec.values()), default=0), pure_decode=pure)
 
 
 def _init_wrap(original):
@@ -147,7 +147,7 @@ def _update_wrap(original):
         host = perf_counter() - t
         out = original(self, scheduler_output, model_runner_output)
         t = perf_counter()
-        policy.end_step(**shape)
+        policy.end_step(**shape._asdict())
         if policy.stats_path and not self.running and not self.waiting:
             policy.write_stats()  # idle: the engine may be shut down before its scheduler is
         policy.host_seconds += host + perf_counter() - t
