@@ -25,71 +25,34 @@ from vllm_spec_plugins import Drafter, StateSpec, hookimpl
 VLLM_SPEC_API = 2
 
 
+def _state(init=0.0, **kw):
+    return (StateSpec(name="seen", shape=(1,), dtype="int64", init=init, **kw),)
+
+
+#: architecture -> (model class in this package, extra Drafter fields); every one has model_type vsp_faulty
+#: (the architecture picks the drafter) and config class FaultyConfig
+FAULTY = {
+    "FaultyDrafter": ("model:FaultyDrafter", {"max_speculative_tokens": "num_heads"}),
+    "FaultyStateDrafter": ("model:FaultyStateDrafter", {"state": _state(0, on_preempt="keep"),
+                                                        "max_speculative_tokens": "num_heads"}),
+    "FaultyInitDrafter": ("model:FaultyStateDrafter", {"state": _state("initial_seen"),
+                                                       "max_speculative_tokens": "num_heads"}),
+    "FaultyMissingInitDrafter": ("model:FaultyStateDrafter", {"state": _state("no_such_attribute"),
+                                                              "max_speculative_tokens": "num_heads"}),
+    "FaultyImportDrafter": ("no_such_module:FaultyDrafter", {}),
+    "FaultyNoClassDrafter": ("model:NoSuchDrafter", {}),
+    "FaultyNoWeightsDrafter": ("model:FaultyNoWeightsDrafter", {}),
+    "FaultyNoHookDrafter": ("model:FaultyDrafter", {"state": _state()}),
+    "FaultyAuxDrafter": ("model:FaultyDrafter", {"aux_layer_ids": "layer_ids"}),
+}
+
+
 @hookimpl
 def vllm_spec_register_drafters(register):
-    register(Drafter(
-        architectures=("FaultyDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.model:FaultyDrafter",
-        max_speculative_tokens="num_heads",
-    ))
-    register(Drafter(
-        architectures=("FaultyStateDrafter",),
-        model_type="vsp_faulty",  # same config class; the architecture picks this drafter
-        model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        state=(StateSpec(name="seen", shape=(1,), dtype="int64", init=0, on_preempt="keep"),),
-        max_speculative_tokens="num_heads",
-    ))
-    register(Drafter(
-        architectures=("FaultyInitDrafter",),
-        model_type="vsp_faulty",
-        model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        state=(StateSpec(name="seen", shape=(1,), dtype="int64", init="initial_seen"),),
-        max_speculative_tokens="num_heads",
-    ))
-    register(Drafter(
-        architectures=("FaultyMissingInitDrafter",),
-        model_type="vsp_faulty",
-        model_class="vsp_faulty_drafter.model:FaultyStateDrafter",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        state=(StateSpec(name="seen", shape=(1,), dtype="int64", init="no_such_attribute"),),
-        max_speculative_tokens="num_heads",
-    ))
-    register(Drafter(
-        architectures=("FaultyImportDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.no_such_module:FaultyDrafter",
-    ))
-    register(Drafter(
-        architectures=("FaultyNoClassDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.model:NoSuchDrafter",
-    ))
-    register(Drafter(
-        architectures=("FaultyNoWeightsDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.model:FaultyNoWeightsDrafter",
-    ))
-    register(Drafter(
-        architectures=("FaultyNoHookDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.model:FaultyDrafter",
-        state=(StateSpec(name="seen", shape=(1,), dtype="int64"),),
-    ))
-    register(Drafter(
-        architectures=("FaultyAuxDrafter",),
-        model_type="vsp_faulty",
-        config_class="vsp_faulty_drafter.config:FaultyConfig",
-        model_class="vsp_faulty_drafter.model:FaultyDrafter",
-        aux_layer_ids="layer_ids",
-    ))
+    for arch, (model_class, extra) in FAULTY.items():
+        register(Drafter(architectures=(arch,), model_type="vsp_faulty",
+                         config_class="vsp_faulty_drafter.config:FaultyConfig",
+                         model_class=f"vsp_faulty_drafter.{model_class}", **extra))
     register(Drafter(
         architectures=("LlamaForCausalLM",),
         model_class="vsp_faulty_drafter.model:FaultyDrafter",
