@@ -15,7 +15,7 @@ Why here and not in the installed package: this demo needs the repository's trai
 package's own demo, ``python -m vllm_spec_plugins.demo``, needs no repository and no model
 (``make demo DEMO_ARGS=--tiny`` runs it).
 
-    python -m bench.demo [--drafter eagle|medusa] [--max-tokens N] [--spec-tokens K]
+    python -m bench.demo [--drafter eagle3|eagle|medusa] [--max-tokens N] [--spec-tokens K]
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ QUESTIONS = [
 
 def speculative_config(drafter: str, k: int | None) -> tuple[dict, str]:
     """The speculative config for a trained draft, and a one-line description."""
+    if drafter == "eagle3":
+        draft = DRAFTS / "smollm2-eagle3"
+        k = k or 3
+        # the config's stamp ("vllm_spec_plugin": "eagle") selects the plugin, the folder name vLLM's eagle3 route
+        return ({"model": str(draft), "num_speculative_tokens": k},
+                f"{draft.relative_to(ROOT)} (EAGLE-3, trained here, truncated draft vocabulary; {k} draft tokens "
+                f"per step)")
     if drafter == "eagle":
         draft = DRAFTS / "smollm2-eagle"
         k = k or 2
@@ -117,7 +124,7 @@ def verdict(base: list[dict], spec: list[dict], k: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.demo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", choices=["eagle", "medusa"], default="eagle")
+    ap.add_argument("--drafter", choices=["eagle3", "eagle", "medusa"], default="eagle")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--spec-tokens", type=int, default=None)
     ap.add_argument("--tiny", action="store_true",
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, v in r["spec"].items():
             spec[key] = [a + b for a, b in zip(spec.get(key, [0] * len(v)), v)] if isinstance(v, list) \
                 else spec.get(key, 0) + v
-    name = "EAGLE" if args.drafter == "eagle" else "Medusa"
+    name = {"eagle3": "EAGLE-3", "eagle": "EAGLE", "medusa": "Medusa"}[args.drafter]
     print("side by side, one request at a time (all questions together):")
     print(f"  no speculation: {tps['base']:.1f} tokens/s\n  with {name}:{' ' * (10 - len(name))}"
           f"{tps['spec']:.1f} tokens/s")
