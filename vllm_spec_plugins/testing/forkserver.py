@@ -37,7 +37,7 @@ READ_AFTER_IMPORT = frozenset({"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_T
                                "PYTEST_CURRENT_TEST", "PWD", "OLDPWD"})
 
 #: How many servers stay up at once (each holds an idle interpreter of about 0.6 GB).
-MAX_SERVERS = 3
+MAX_SERVERS = 4
 
 _SERVER_CODE = r"""
 import json, os, sys
@@ -46,8 +46,14 @@ os.dup2(2, 1)
 from vllm import LLM, SamplingParams  # the import every job shares
 sys.stderr.flush()
 entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
-used = [p for p in entries if any(f.startswith(os.path.join(os.path.abspath(p), "")) for f in files)]
+roots = sorted({os.path.join(os.path.abspath(p), "") for p in sys.path if p}, key=len, reverse=True)
+found = set()  # the sys.path entry each imported module came from (the longest that holds its file)
+for m in list(sys.modules.values()):
+    f = getattr(m, "__file__", None) or ""
+    hit = next((r for r in roots if f.startswith(r)), None)
+    if hit:
+        found.add(hit)
+used = [p for p in entries if os.path.join(os.path.abspath(p), "") in found]
 proto.write(json.dumps({"ready": True, "used": used}) + "\n"); proto.flush()
 while True:
     line = sys.stdin.readline()
