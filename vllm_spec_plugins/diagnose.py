@@ -215,17 +215,12 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
             if claim:  # the engine's warning
                 rep.add("plugins", WARN, claim)
             if target:  # vLLM's own config for it, as the engine builds it (and what it says when it cannot)
-                from .testing.harness import engine_config
-
                 k = num_speculative_tokens if num_speculative_tokens is not None else 3
-                try:
-                    spec = engine_config(target, checkpoint, num_speculative_tokens=k, method=method).speculative_config
-                except Exception as e:  # noqa: BLE001
-                    rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_"
-                                                   f"config={{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
-                    return rep
-                rep.add("engine config", OK, f"vLLM method {spec.method!r}, {spec.num_speculative_tokens} "
-                                             f"speculative tokens")
+                vllm_config = _engine_config(rep, target, checkpoint, k, method)
+                if vllm_config is not None:
+                    spec = vllm_config.speculative_config
+                    rep.add("engine config", OK, f"vLLM method {spec.method!r}, {spec.num_speculative_tokens} "
+                                                 f"speculative tokens")
         else:
             rep.add("select", FAIL,
                     f"no installed plugin claims architectures {archs} or model_type {cfg.get('model_type')!r}, "
@@ -244,15 +239,10 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     hf = None
     vllm_config = None
     if target:
-        from .testing.harness import engine_config
-
         k = num_speculative_tokens if num_speculative_tokens is not None else \
             (_max_tokens(d, _cfg_object(d, checkpoint)) or 3)
-        try:
-            vllm_config = engine_config(target, checkpoint, num_speculative_tokens=k, method=method)
-        except Exception as e:  # noqa: BLE001
-            rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_config="
-                                           f"{{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
+        vllm_config = _engine_config(rep, target, checkpoint, k, method)
+        if vllm_config is None:
             return rep
         spec = vllm_config.speculative_config
         hf = spec.draft_model_config.hf_config
@@ -308,6 +298,18 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         return rep
     _check_trial(rep, d, target, checkpoint, k, method)
     return rep
+
+
+def _engine_config(rep: Report, target: str, checkpoint: str, k: int, method: str | None) -> Any:
+    """The engine config an engine start would build, or None with the failure reported."""
+    from .testing.harness import engine_config
+
+    try:
+        return engine_config(target, checkpoint, num_speculative_tokens=k, method=method)
+    except Exception as e:  # noqa: BLE001
+        rep.add("engine config", FAIL, f"building the engine config as `LLM({target!r}, speculative_config="
+                                       f"{{'model': {checkpoint!r}, ...}})` would: {_err(e)}")
+        return None
 
 
 def _check_trial(rep: Report, d: Drafter, target: str, checkpoint: str, k: int, method: str | None) -> None:

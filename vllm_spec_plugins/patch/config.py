@@ -18,7 +18,7 @@ from ..api import Drafter
 from ..errors import PluginContractError, PluginLoadError, UnsupportedVllmError, VllmSpecPluginError
 from ..manager import PluginHost
 from ..owners import private_arch
-from ..routes import (
+from ..routes import (  # some re-exported: patch.scheduler and tests import them from here
     ARCH_ATTR,
     ATTENTION_METHOD,
     ATTENTION_METHODS,
@@ -622,7 +622,7 @@ def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
         revision = args[2] if len(args) > 2 else kwargs.get("revision")
         try:
             return _fill_from_target(host, hf, alias, tmc, path, revision)
-        except Exception:
+        except Exception:  # never worse than vLLM alone
             logger.debug("vllm_spec_plugins: could not fill draft sizes", exc_info=True)
             return hf
 
@@ -660,9 +660,10 @@ def _diagnose(host: PluginHost, model: str | None, alias: str | None) -> str:
         d = host.select(list(local.get("architectures") or []), local.get("model_type"), alias)
     except VllmSpecPluginError as e:
         return str(e)
-    if d is not None and d.kind == "heads" and alias is None and path_method(model) in _PATH_METHODS:
+    from_path = path_method(model)
+    if d is not None and d.kind == "heads" and alias is None and from_path in _PATH_METHODS:
         # vLLM took its EAGLE route from the folder name and renamed the architecture before failing
-        notes.append(str(_path_route_error(d, str(model), str(path_method(model)))))
+        notes.append(str(_path_route_error(d, str(model), str(from_path))))
     elif d is not None:
         mod, _, name = d.model_class.partition(":")
         try:

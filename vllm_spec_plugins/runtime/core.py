@@ -56,7 +56,7 @@ def _import_class(d: Drafter) -> type:
         module = importlib.import_module(mod)
     except KeyboardInterrupt:
         raise
-    except BaseException as e:
+    except BaseException as e:  # SystemExit at import included
         raise PluginLoadError(
             f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, "
             f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
@@ -283,8 +283,8 @@ class DrafterRuntime:
                       f"{self.target_vocab_size} (the target's); found in the draft config: hidden_size {found[0]}, "
                       f"vocab_size {found[1]}. Use a draft trained for this target, or fix its config.json.")
         return PluginLoadError(
-            f"vllm_spec_plugins: draft '{self.draft_model_config.model}' (plugin {d.name!r}, {d.display_dist}, "
-            f"model class {d.model_class}) {what}{cause}. {advice}", plugin_name=d.name, dist=d.display_dist)
+            f"vllm_spec_plugins: {d.culprit(model_class=True, checkpoint=self.draft_model_config.model)} "
+            f"{what}{cause}. {advice}", plugin_name=d.name, dist=d.display_dist)
 
     @contextlib.contextmanager
     def _plugin_call(self, what: str):
@@ -294,7 +294,7 @@ class DrafterRuntime:
             yield
         except (PluginLoadError, KeyboardInterrupt):
             raise
-        except BaseException as e:
+        except BaseException as e:  # SystemExit included
             raise self._load_error(what, e) from e
 
     def _resolve_state_inits(self) -> None:
@@ -353,7 +353,7 @@ class DrafterRuntime:
                 run()
         except (PluginLoadError, KeyboardInterrupt):
             raise
-        except BaseException as e:
+        except BaseException as e:  # SystemExit included
             raise self._load_error("failed its trial forward at start-up", e) from e
 
     def _state_index(self, B: int) -> torch.Tensor:
