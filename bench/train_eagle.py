@@ -61,7 +61,7 @@ def draft_config(target_cfg: dict):
     cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", torch_dtype="float16",
                use_cache=True)
     # A plain Llama config cannot say it is an EAGLE draft: the stamp names the plugin that serves it,
-    # so `--spec-model bench/drafts/smollm2-eagle` works without "method" (vllm_spec_plugins.routes.CONFIG_STAMP).
+    # so `--spec-model bench/drafts/smollm2-eagle` works without "method" (vllm_spec_plugins.checkpoint.CONFIG_STAMP).
     cfg["vllm_spec_plugin"] = "eagle"
     return cfg
 

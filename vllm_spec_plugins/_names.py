@@ -11,7 +11,7 @@ ENV_SKIP_VERSION_CHECK = "VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK"
 ENV_STRICT = "VLLM_SPEC_PLUGINS_STRICT"
 """``1``: a plugin drafter that fails at run time re-raises (engine fails) instead of turning speculation off."""
 ENV_RUNNER = "VLLM_SPEC_PLUGINS_RUNNER"
-"""``auto`` (default) or ``v1``: the model runner plugin drafters may run on (:func:`vllm_spec_plugins.routes.runner_choice`)."""
+"""``auto`` (default) or ``v1``: the model runner plugin drafters may run on (:func:`vllm_spec_plugins.routing.runner_choice`)."""
 API_VERSION = 2
 """Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
 attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import inspect
-import json
 import os
 import re
 import traceback
@@ -29,6 +28,7 @@ from typing import Any
 
 from ._names import API_VERSION, ENV_ALLOW
 from .api import Drafter, Source
+from .checkpoint import import_class_path, load_plugin_config, read_config
 
 OK, FAIL, WARN, SKIP, INFO = "ok", "fail", "warn", "skip", "info"
 
@@ -76,11 +76,6 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _import_ref(ref: str) -> Any:
-    mod, _, name = ref.partition(":")
-    return getattr(importlib.import_module(mod), name)
-
-
 def _fmt_shape(shape: tuple) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
@@ -88,15 +83,6 @@ def _fmt_shape(shape: tuple) -> str:
 # ---------------------------------------------------------------------------
 # which plugin serves a checkpoint, and why
 # ---------------------------------------------------------------------------
-
-
-def read_config(checkpoint: str) -> dict:
-    path = os.path.join(checkpoint, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"'{checkpoint}' is not a local checkpoint folder with a config.json "
-                                f"(check needs the files; download a hub checkpoint first)")
-    with open(path) as f:
-        return json.load(f)
 
 
 def select_for(host: Any, checkpoint: str, cfg: dict, method: str | None) -> tuple[Drafter | None, str, str | None]:
@@ -107,7 +93,7 @@ def select_for(host: Any, checkpoint: str, cfg: dict, method: str | None) -> tup
     the architecture is seen as vLLM's EAGLE wrapper renames it.
     """
     from .owners import find_shadows
-    from .patch.config import ATTENTION_METHODS, path_method, route_request, vllm_architectures
+    from .routing import ATTENTION_METHODS, path_method, route_request, vllm_architectures
 
     archs = list(cfg.get("architectures") or [])
     model_type = cfg.get("model_type")
@@ -177,7 +163,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     rep = Report(f"vllm-spec-plugins check {checkpoint}" + (f" --target {target}" if target else ""))
     rep.facts.update(checkpoint=checkpoint, target=str(target) if target else None, served_by=None)
     from .errors import VllmSpecPluginError
-    from .patch.config import check_spec_tokens
+    from .routing import check_spec_tokens
 
     try:
         check_spec_tokens(num_speculative_tokens)
@@ -202,14 +188,14 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         archs = list(cfg.get("architectures") or [])
         known = _vllm_known_archs()
         if not archs and not cfg.get("model_type"):
-            from .patch.config import no_identity_note
+            from .explain import no_identity_note
 
             rep.add("select", FAIL, no_identity_note(host, checkpoint))
         elif archs and all(a in known for a in archs):
             rep.facts["served_by"] = {"plugin": None, "vllm": True}
             rep.add("select", INFO, f"no installed plugin claims architectures {archs} or model_type "
                                     f"{cfg.get('model_type')!r}; vLLM itself serves it (route {route or 'default'})")
-            from .patch.config import excluded_claim
+            from .explain import excluded_claim
 
             claim = excluded_claim(host, archs, cfg.get("model_type"))
             if claim:  # the engine's warning
@@ -266,7 +252,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         hidden = getattr(hf, "hidden_size", None)
         k = num_speculative_tokens if num_speculative_tokens is not None else (_max_tokens(d, hf) or 3)
     try:
-        cls = _import_ref(d.model_class)
+        cls = import_class_path(d.model_class)
         from .api import model_class_error, model_class_gaps
 
         gaps = model_class_gaps(d, cls)
@@ -285,7 +271,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     if not load_weights:
         return rep
     try:
-        from .testing.harness import build_draft_model
+        from .inprocess import build_draft_model
 
         model = build_draft_model(vllm_config)
         n = sum(1 for _ in model.named_parameters())
@@ -302,7 +288,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
 
 def _engine_config(rep: Report, target: str, checkpoint: str, k: int, method: str | None) -> Any:
     """The engine config an engine start would build, or None with the failure reported."""
-    from .testing.harness import engine_config
+    from .inprocess import engine_config
 
     try:
         return engine_config(target, checkpoint, num_speculative_tokens=k, method=method)
@@ -320,10 +306,10 @@ def _check_trial(rep: Report, d: Drafter, target: str, checkpoint: str, k: int, 
                                        "(vllm_spec_plugins.testing.engine.run_engine) to run it")
         return
     from .errors import VllmSpecPluginError
-    from .testing.harness import DrafterHarness
+    from .inprocess import start_heads_proposer
 
     try:
-        DrafterHarness(target, checkpoint, num_speculative_tokens=k, method=method)
+        start_heads_proposer(target, checkpoint, num_speculative_tokens=k, method=method)
     except VllmSpecPluginError as e:
         rep.add("trial forward", FAIL, str(e))
         return
@@ -346,11 +332,7 @@ def _tb_tail(e: BaseException) -> str:
 
 def _cfg_object(d: Drafter, checkpoint: str, raise_errors: bool = False) -> Any:
     try:
-        if d.config_class:
-            return _import_ref(d.config_class).from_pretrained(checkpoint)
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(checkpoint)
+        return load_plugin_config(d, checkpoint)
     except Exception:
         if raise_errors:
             raise
@@ -359,8 +341,9 @@ def _cfg_object(d: Drafter, checkpoint: str, raise_errors: bool = False) -> Any:
 
 def _check_bindings(rep: Report, d: Drafter, cls: type, hf: Any, hidden: int | None, k: int) -> None:
     """Every forward / state-carry hook parameter provided; declared shapes resolve (and match the source)."""
+    from .checkpoint import resolve_shape
     from .errors import PluginContractError
-    from .runtime.inputs import bind, resolve_shape
+    from .runtime.inputs import bind
 
     loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
     aux = getattr(hf, d.aux_layer_ids, None) if (hf is not None and d.aux_layer_ids) else None
@@ -527,11 +510,11 @@ def runner_outlook() -> tuple[str, str]:
     """``("v1" | "v2", why)``: the model runner vLLM will pick for an engine with a plugin drafter here.
 
     The same rules as vLLM's ``VllmConfig.use_v2_model_runner`` plus the shim's
-    (:func:`vllm_spec_plugins.routes.mrv2_refusal`); per-engine options (probabilistic draft
+    (:func:`vllm_spec_plugins.routing.mrv2_refusal`); per-engine options (probabilistic draft
     sampling, adaptive verification) are not known here.
     """
     from ._names import ENV_RUNNER
-    from .routes import has_mrv2_backend, runner_choice
+    from .routing import has_mrv2_backend, runner_choice
 
     forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER") or None
     try:
@@ -636,11 +619,11 @@ def _drafter_problems(d: Drafter) -> list[str]:
     arch = d.architectures[0]
     if d.config_class:
         try:
-            _import_ref(d.config_class)
+            import_class_path(d.config_class)
         except Exception as e:  # noqa: BLE001
             out.append(f"{arch}: config class {d.config_class} fails to import: {_err(e)}")
     try:
-        cls = _import_ref(d.model_class)
+        cls = import_class_path(d.model_class)
     except Exception as e:  # noqa: BLE001
         return out + [f"{arch}: model class {d.model_class} fails to import: {_err(e)}"]
     loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()

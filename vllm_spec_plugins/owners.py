@@ -2,7 +2,7 @@
 
 A plugin's draft model class is registered with vLLM under a private name of its own
 (:func:`private_arch`, e.g. ``MedusaModel__vsp_medusa``), and the shim points a selected
-draft's config at that name (:func:`vllm_spec_plugins.patch.config.finalize_spec`).
+draft's config at that name (:func:`vllm_spec_plugins.routing.finalize_spec`).
 Only architecture names neither vLLM nor Transformers knows are also registered under
 their own name (vLLM must resolve them when it first reads the draft config). So no
 plugin replaces a vLLM class, for targets or drafts.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .api import Drafter
+from .checkpoint import split_class_path
 
 SEP = "__vsp_"
 
@@ -162,7 +163,7 @@ def _our_registrations(drafters: Iterable[Drafter]) -> set[str]:
         return set()
     ours = set()
     for d in drafters:
-        mod, _, cls = d.model_class.partition(":")
+        mod, cls = split_class_path(d.model_class)
         for a in d.architectures:
             m = reg.ModelRegistry.models.get(a)
             if m is not None and getattr(m, "module_name", None) == mod and getattr(m, "class_name", None) == cls:

@@ -7,13 +7,13 @@ and calls it without a guard: nothing here may raise.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
 
 from ._compat import supported_text, version_supported, vllm_version
 from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK
+from .checkpoint import import_class_path
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -120,8 +120,7 @@ def _register_with_vllm(host) -> None:
     for d in host.drafters:
         if d.config_class and d.model_type and d.model_type not in shadowed_types:
             try:
-                mod, _, cls = d.config_class.partition(":")
-                config_cls = getattr(importlib.import_module(mod), cls)
+                config_cls = import_class_path(d.config_class)
                 AutoConfig.register(d.model_type, config_cls, exist_ok=True)
             except KeyboardInterrupt:
                 raise

@@ -135,7 +135,7 @@ def test_shipped_eagle_draft_carries_the_stamp():
     root = Path(__file__).resolve().parents[2]
     cfg = json.loads((root / "bench" / "drafts" / "smollm2-eagle" / "config.json").read_text())
     assert cfg["vllm_spec_plugin"] == "eagle"
-    from vllm_spec_plugins.patch.config import path_method
+    from vllm_spec_plugins.routing import path_method
 
     assert path_method(str(root / "bench" / "drafts" / "smollm2-eagle")) is None  # no folder-name rule: the stamp
     assert os.path.isfile(root / "bench" / "drafts" / "smollm2-eagle" / "model.safetensors")

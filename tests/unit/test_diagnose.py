@@ -230,7 +230,7 @@ def test_doctor_cli_on_real_installation(monkeypatch, capsys):
     monkeypatch.setattr(manager, "_HOST", None)
 
 
-# -- check agrees with the engine's own first step (patch.config.route_request) ------------------------------
+# -- check agrees with the engine's own first step (routing.route_request) ------------------------------
 
 
 def test_check_follows_the_checkpoint_stamp_like_the_engine():

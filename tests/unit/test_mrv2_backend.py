@@ -10,7 +10,8 @@ import types
 import pytest
 import torch
 
-from vllm_spec_plugins.routes import PLUGIN_ATTR, mrv2_refusal, runner_choice
+from vllm_spec_plugins.checkpoint import PLUGIN_ATTR
+from vllm_spec_plugins.routing import mrv2_refusal, runner_choice
 
 
 def _spec(method="draft_model", plugin="medusa", **kw):
@@ -49,7 +50,7 @@ def test_heads_drafters_needing_draft_logits_go_to_v1_with_the_reason():
 
 
 def test_a_vllm_without_mrv2_speculators_keeps_v1(monkeypatch):
-    import vllm_spec_plugins.routes as routes
+    import vllm_spec_plugins.routing as routes
 
     monkeypatch.setattr(routes, "has_mrv2_backend", lambda: False)
     assert "no Model Runner V2 speculator interface" in routes.mrv2_refusal(_spec(), env={})

@@ -37,16 +37,3 @@ def test_relative_markdown_links_resolve():
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(ROOT)} -> {target}")
     assert not broken, "\n".join(broken)
-
-
-def test_every_patch_registry_entry_says_when_to_remove_it():
-    import re
-
-    import vllm_spec_plugins.patch as patch
-
-    entries = re.split(r"\n(?=\d+\. ``)", patch.__doc__)[1:]
-    entries[-1] = entries[-1].split("\n\n")[0]
-    assert len(entries) >= 17
-    for e in entries:
-        assert "Remove when" in e, e.splitlines()[0]
-        assert "Verified by" in e, e.splitlines()[0]

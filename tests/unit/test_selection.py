@@ -10,13 +10,10 @@ import types
 import pytest
 
 from vllm_spec_plugins import Drafter, PluginContractError, PluginLoadError
+from vllm_spec_plugins.checkpoint import PLUGIN_ATTR, strip_stamps
 from vllm_spec_plugins.owners import find_shadows, private_arch
-from vllm_spec_plugins.patch.config import (
-    PLUGIN_ATTR,
-    _fill_from_target,
-    make_create_speculative_config,
-    strip_stamps,
-)
+from vllm_spec_plugins.patch.config import make_create_speculative_config
+from vllm_spec_plugins.routing import fill_from_target
 
 from .fakes import FakeEntryPoint, attach, heads, host_with, plugin_registering
 
@@ -101,12 +98,12 @@ def test_sizes_left_unset_come_from_the_target():
     # vLLM loaded it with another class (as 0.32 does for model_type medusa): reloaded with the plugin's, filled
     other = types.SimpleNamespace(architectures=["EchoDrafter"], model_type="echo_drafter", hidden_size=4096,
                                   vocab_size=32001, vsp_plugin="stale")
-    hf = _fill_from_target(host, other, None, tmc, "/ckpt/echo", None)
+    hf = fill_from_target(host, other, None, tmc, "/ckpt/echo", None)
     assert isinstance(hf, EchoConfig) and (hf.hidden_size, hf.vocab_size) == (128, 259)
     # a draft no plugin claims is left alone (its stamps are still removed)
     plain = types.SimpleNamespace(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=None,
                                   vsp_plugin="echo")
-    assert _fill_from_target(host, plain, None, tmc, "/ckpt/plain", None) is plain
+    assert fill_from_target(host, plain, None, tmc, "/ckpt/plain", None) is plain
     assert plain.hidden_size is None and not hasattr(plain, "vsp_plugin")
 
 
@@ -225,8 +222,8 @@ def test_missing_model_module_is_named_before_vllms_error(tmp_path):
 
 def test_excluded_plugin_serving_the_draft_is_named(monkeypatch):
     """VLLM_SPEC_PLUGINS=eagle and a Medusa checkpoint: say that the installed medusa plugin is excluded."""
+    from vllm_spec_plugins.explain import excluded_claim
     from vllm_spec_plugins.manager import PluginHost
-    from vllm_spec_plugins.patch.config import excluded_claim
 
     monkeypatch.setenv("VLLM_SPEC_PLUGINS", "eagle")
     host = PluginHost().load()
@@ -306,7 +303,7 @@ def test_list_imports_no_vllm():
 
 
 def test_policy_stats_path_that_cannot_be_written_is_refused_at_start(tmp_path, monkeypatch):
-    from vllm_spec_plugins.patch.config import _check_policy_env
+    from vllm_spec_plugins.routing import check_policy_env
 
     d = heads("X")
     for bad, why in ((tmp_path / "no" / "such" / "stats.json", "does not exist or is not writable"),
@@ -314,9 +311,9 @@ def test_policy_stats_path_that_cannot_be_written_is_refused_at_start(tmp_path, 
         monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY_STATS", str(bad))
         with pytest.raises(PluginContractError, match=f"VLLM_SPEC_PLUGINS_POLICY_STATS='{bad}' names where the "
                                                       f"adaptive policy writes its statistics, but .*{why}"):
-            _check_policy_env(d, 3)
+            check_policy_env(d, 3)
     monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY_STATS", str(tmp_path / "stats.json"))
-    _check_policy_env(d, 3)
+    check_policy_env(d, 3)
 
 
 def test_policy_warns_once_when_its_stats_file_cannot_be_written(tmp_path):

@@ -8,8 +8,9 @@ import types
 import pytest
 
 from vllm_spec_plugins import Drafter, PluginContractError, UnsupportedVllmError, _compat, shim
+from vllm_spec_plugins.checkpoint import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR
 from vllm_spec_plugins.patch import _util
-from vllm_spec_plugins.patch.config import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR, finalize_spec, plugin_of
+from vllm_spec_plugins.routing import finalize_spec, plugin_of
 
 from .fakes import FakeEntryPoint, attach, heads, host_with, plugin_registering
 
@@ -335,7 +336,7 @@ def eagle_host():
 
 
 def test_attention_routes():
-    from vllm_spec_plugins.patch.config import ATTENTION_METHODS, attention_method, route_of
+    from vllm_spec_plugins.routing import ATTENTION_METHODS, attention_method, route_of
 
     assert ATTENTION_METHODS == ("eagle", "eagle3")
     assert attention_method(heads("A", kind="attention")) == "eagle"
@@ -396,7 +397,7 @@ def test_vllm_architectures_match_vllm_eagle_config(method, archs, expected):
     from transformers import LlamaConfig
     from vllm.transformers_utils.configs.eagle import EAGLEConfig
 
-    from vllm_spec_plugins.patch.config import vllm_architectures
+    from vllm_spec_plugins.routing import vllm_architectures
 
     assert vllm_architectures(method, archs) == expected
     wrapped = EAGLEConfig(LlamaConfig(architectures=archs, vocab_size=32), method=method, model_type="eagle")
@@ -414,7 +415,7 @@ def _ckpt(tmp_path, name, **cfg):
 
 
 def test_alias_route_from_local_config(eagle_host, tmp_path):
-    from vllm_spec_plugins.patch.config import alias_route
+    from vllm_spec_plugins.routing import alias_route
 
     eagle3 = _ckpt(tmp_path, "draft-a", architectures=["LlamaForCausalLMEagle3"], model_type="llama")
     assert alias_route(eagle_host, "eaglelike", eagle3) == "eagle3"
@@ -438,7 +439,7 @@ def test_alias_route_from_local_config(eagle_host, tmp_path):
 
 
 def test_alias_route_hub_ids_and_single_route_plugins(eagle_host):
-    from vllm_spec_plugins.patch.config import alias_route
+    from vllm_spec_plugins.routing import alias_route
 
     assert alias_route(eagle_host, "eaglelike", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B") == "eagle3"
     assert alias_route(eagle_host, "eaglelike", "yuhuili/EAGLE-LLaMA3-Instruct-8B") == "eagle"
@@ -582,25 +583,25 @@ def test_finalize_heads_drafter_user_draft_tp_mismatch(host):
 
 def test_precheck_max_tokens_before_vllm(host, tmp_path):
     """K is checked against a local plugin checkpoint before vLLM's own rules on its config fields."""
-    from vllm_spec_plugins.patch.config import _precheck_max_tokens
+    from vllm_spec_plugins.routing import precheck_max_tokens
 
     (tmp_path / "config.json").write_text('{"architectures": ["FixedK"]}')
     with pytest.raises(PluginContractError, match=r"num_speculative_tokens=3, but draft .*at most 2 tokens"):
-        _precheck_max_tokens(host, str(tmp_path), None, 3)
-    _precheck_max_tokens(host, str(tmp_path), None, 2)
-    _precheck_max_tokens(host, str(tmp_path), None, None)  # K from the config: vLLM decides
-    _precheck_max_tokens(host, str(tmp_path / "missing"), None, 9)  # not a local folder: checked after vLLM
+        precheck_max_tokens(host, str(tmp_path), None, 3)
+    precheck_max_tokens(host, str(tmp_path), None, 2)
+    precheck_max_tokens(host, str(tmp_path), None, None)  # K from the config: vLLM decides
+    precheck_max_tokens(host, str(tmp_path / "missing"), None, 9)  # not a local folder: checked after vLLM
     # a config attribute: read with the plugin's config class
     (tmp_path / "config.json").write_text('{"architectures": ["TinyArch"], "model_type": "tiny"}')
-    _precheck_max_tokens(host, str(tmp_path), None, 3)  # this drafter declares no maximum
+    precheck_max_tokens(host, str(tmp_path), None, 3)  # this drafter declares no maximum
     capped = host_with(FakeEntryPoint("tiny", plugin_registering(
         heads("TinyArch", model_type="tiny", config_class=f"{__name__}:TinyConfig", max_speculative_tokens="num_heads")),
         dist="tiny-dist"))
     with pytest.raises(PluginContractError, match=r"at most 2 tokens per step \(num_heads=2\)"):
-        _precheck_max_tokens(capped, str(tmp_path), None, 3)
+        precheck_max_tokens(capped, str(tmp_path), None, 3)
     # unclaimed checkpoints are vLLM's business
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    _precheck_max_tokens(host, str(tmp_path), None, 99)
+    precheck_max_tokens(host, str(tmp_path), None, 99)
 
 
 def test_our_environment_variables_are_known_to_vllm(monkeypatch):

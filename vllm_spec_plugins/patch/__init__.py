@@ -2,22 +2,26 @@
 
 Every patch is installed by :func:`vllm_spec_plugins.shim.register` (the
 ``vllm.general_plugins`` entry point), lazily when vLLM imports the target module
-(:func:`._util.when_imported`), at most once (:func:`._util.wrap_method` marks each
-wrapper ``__vsp_patched__`` and keeps ``__wrapped__``). ``tools/compat.py`` (``make
-compat``) checks every symbol and signature below against the installed vLLM and
-the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
+(:func:`._util.when_imported`), at most once (:func:`._util.wrap_method` and
+:func:`._util.rebind_global` mark each wrapper ``__vsp_patched__``, keep ``__wrapped__`` and record
+it in ``_util.APPLIED``; tests/unit/test_patch_registry.py holds that record against this registry
+and the manifest). The wrappers are thin: what they decide is :mod:`vllm_spec_plugins.routing`
+and the runtime, what they read :mod:`vllm_spec_plugins.checkpoint`, what they say
+:mod:`vllm_spec_plugins.explain`. ``tools/compat.py`` (``make compat``) checks every symbol and
+signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
 
 1. ``vllm.engine.arg_utils.EngineArgs.create_speculative_config`` — :mod:`.config`
    Why: vLLM picks the speculative method before any drafter exists. A plugin
    alias (``"method": "medusa"``) is not a vLLM method on 0.33, model_type
    heuristics send ``model_type: medusa`` to vLLM 0.32's built-in Medusa, and the
    draft config must name its plugin for the worker processes.
-   How: pre: rewrite a plugin alias to ``draft_model`` (kept when vLLM also knows
-   it, so vLLM's own handling of old Medusa configs runs), or for attention
+   How: (:func:`vllm_spec_plugins.routing.route_request` before the original,
+   :func:`vllm_spec_plugins.routing.finalize_spec` after it): pre: rewrite a plugin
+   alias to ``draft_model`` (kept when vLLM also knows it, so vLLM's own handling of old Medusa configs runs), or for attention
    drafters to vLLM's EAGLE-family method of their loop (``ATTENTION_METHODS``:
    ``eagle``, or ``eagle3`` for drafters with ``aux_layer_ids``; a plugin with
    drafters on both picks from the local checkpoint's ``config.json``,
-   :func:`.config.alias_route`); post: select the
+   :func:`vllm_spec_plugins.routing.alias_route`); post: select the
    plugin from the draft config (architectures, model_type), set ``method =
    "draft_model"`` for heads drafters (attention drafters must be on their
    ``eagle``/``eagle3`` route), reload the config with the plugin's class (an INFO
@@ -33,12 +37,13 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    to every process), log the INFO line. On unsupported vLLM versions only this
    patch is installed, to refuse plugin drafts with a clear error.
    Remove when: vLLM resolves draft methods through a registry plugins can extend.
-   Supported vLLM: 0.32, 0.33 (same body). Verified by: tests/e2e/test_medusa_engine.py,
-   tests/e2e/test_mlp_engine.py, tests/unit/test_shim.py.
+   Upstream: vLLM RFC #36219 (a ``ProposerRegistry`` keyed by method), PR #39487 (``custom_class``:
+   a proposer class by path, token ids only). Supported vLLM: 0.32, 0.33 (same body). Verified by:
+   tests/e2e/test_medusa_engine.py, tests/e2e/test_mlp_engine.py, tests/unit/test_shim.py.
 2. ``vllm.config.vllm.VllmConfig._get_v2_model_runner_unsupported_features`` — :mod:`.config`
    Why: vLLM picks the model runner from this list; a plugin drafter must not land on a
    runner that cannot serve it. How: append a reason only when the shim's Model Runner V2
-   backend (rows 13-17) cannot serve the spec (:func:`vllm_spec_plugins.routes.mrv2_refusal`:
+   backend (rows 13-17) cannot serve the spec (:func:`vllm_spec_plugins.routing.mrv2_refusal`:
    ``VLLM_SPEC_PLUGINS_RUNNER=v1``, a vLLM without MRV2's speculator interface, heads drafters
    with probabilistic draft sampling, adaptive verification or prefill context parallelism);
    vLLM then picks V1 (or, with ``VLLM_USE_V2_MODEL_RUNNER=1``, refuses with that reason).
@@ -50,7 +55,7 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    Why: aux hidden-state outputs change the target's compiled graph but vLLM only
    hashes them for eagle3/dflash. How: add plugin name, distribution, architecture
    and aux layer ids. Remove when: vLLM hashes aux layers for every method.
-   Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_shim.py.
+   Upstream: none filed. Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_shim.py.
 4. ``vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__`` — :mod:`.model_runner`
    Why: the runner hard-codes ``DraftModelProposer`` for ``draft_model`` and
    ``EagleProposer`` for ``eagle``/``eagle3``. How:
@@ -60,23 +65,27 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    hidden-state outputs from the inherited ``eagle3_use_aux_hidden_state``);
    afterwards set ``use_aux_hidden_state_outputs`` if the plugin asks for
    target layers. Covers ``CPUModelRunner`` (it calls ``super().__init__``).
-   Remove when: vLLM has a proposer factory hook. Supported vLLM: 0.32, 0.33.
+   Remove when: vLLM has a proposer factory hook. Upstream: vLLM RFC #36219 (``ProposerRegistry.create``
+   in ``_init_drafter``). Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/*.
 5. ``GPUModelRunner.propose_draft_token_ids`` — :mod:`.model_runner`
    Why: ``propose`` does not receive the full hidden states (with aux outputs on it
    gets only their concatenation) and not the request ids. How: stash them on the
    plugin proposer, then call the original unchanged. Remove when: the V1 runner is gone
-   (MRV2's ``propose`` receives both; vLLM issue #57684 asks for a removal plan), or V1's
-   ``propose`` gains them. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/*.
+   (MRV2's ``propose`` receives both), or V1's ``propose`` gains them. Upstream: vLLM issue #57684
+   (V1 removal plan), RFC #36219 (one ``ProposerInput`` for every proposer). Supported vLLM: 0.32, 0.33.
+   Verified by: tests/e2e/*.
 6. ``GPUModelRunner._on_request_state_removed`` — :mod:`.model_runner`
    Why: finished/aborted requests must free their carried state. How: release the
    request's state slot, then call the original (a documented hook for platform
-   runners). Remove when: the V1 runner is gone (MRV2: row 15). Supported vLLM: 0.32, 0.33.
+   runners). Remove when: the V1 runner is gone (MRV2: row 15). Upstream: vLLM issue #57684.
+   Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/test_state_plugin.py.
 7. ``GPUModelRunner._update_states`` — :mod:`.model_runner`
    Why: the ``reset`` preemption policy needs to know which requests resumed.
    How: after the original, reset state of ``scheduled_cached_reqs.resumed_req_ids``.
-   Remove when: the V1 runner is gone (MRV2: row 16). Supported vLLM: 0.32, 0.33.
+   Remove when: the V1 runner is gone (MRV2: row 16). Upstream: vLLM issue #57684.
+   Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/test_state_plugin.py (keep policy).
 8. ``vllm.v1.core.sched.scheduler.Scheduler.__init__`` — :mod:`.scheduler`
    Why: vLLM drafts ``num_speculative_tokens`` at every step unless the user hand-tunes a
@@ -87,24 +96,30 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
    not ``off``: set ``dynamic_sd_lookup`` (vLLM's dense batch-size -> k list, read once per
    step into ``SchedulerOutput.num_spec_tokens_to_schedule``) to an object whose look-up
    asks the policy. Never raises (a failure logs and leaves vLLM's behaviour). Remove when:
-   vLLM has a pluggable draft-length policy. Supported vLLM: 0.32, 0.33.
+   vLLM has a pluggable draft-length policy. Upstream: vLLM PR #32374 (dynamic speculative decoding:
+   the ``dynamic_sd_lookup`` used here), RFC #48627 (a policy ladder above that table), RFC #4565.
+   Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/test_policy_engine.py, tests/unit/test_policy.py.
 9. ``Scheduler.schedule`` — :mod:`.scheduler`
    Why: the policy times whole steps and skips the drafts of requests whose drafts keep
    failing. How: before the original, start the step clock and slice
    ``request.spec_token_ids`` of such requests to ``[]`` (new lists; async placeholders are
-   shared). Remove when: as row 8. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+   shared). Remove when: as row 8. Upstream: as row 8.
+   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 10. ``Scheduler.make_spec_decoding_stats`` — :mod:`.scheduler`
     Why: per-request acceptance (it receives ``request_id``, drafts, accepted). How: feed
     the policy, then call the original unchanged (metrics stay vLLM's). Remove when: as row 8.
+    Upstream: as row 8.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 11. ``Scheduler.update_from_output`` — :mod:`.scheduler`
     Why: end of a step: its wall time and shape (batch size, k drafted and verified, prefill
     or not). How: read the shape before, time after the original. Remove when: as row 8.
+    Upstream: as row 8.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
 12. ``Scheduler.shutdown`` — :mod:`.scheduler`
     Why: the policy's summary line and statistics file. How: before the original. Remove when:
-    as row 8. Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the file), by hand (the line).
+    as row 8. Upstream: as row 8. Supported vLLM: 0.32, 0.33. Verified by: tests/unit/test_policy.py (the
+    file), by hand (the line).
 
 13. ``vllm.v1.worker.gpu.model_runner.init_speculator`` (the runner module's binding) — :mod:`.model_runner_v2`
     Why: MRV2 builds its speculator with an ``if/elif`` chain (``spec_decode.init_speculator``)
@@ -114,31 +129,34 @@ the vLLM 0.33.0 wheel; the manifest is :mod:`.targets`.
     ``draft_model``) or :class:`~vllm_spec_plugins.runtime.mrv2.PluginEagleSpeculator`
     (attention drafters, ``eagle``/``eagle3``) for plugin specs, and calls the original
     otherwise. Both subclass vLLM's ``DraftModelSpeculator`` so every ``isinstance`` check of
-    the runner holds. Remove when: MRV2 has a speculator factory hook (RFC #51212 and PR #53895
-    cover other components, not speculators). Supported vLLM: 0.32, 0.33.
+    the runner holds. Remove when: MRV2 has a speculator factory hook. Upstream: vLLM RFC #51212
+    and PR #53895 (factories for other MRV2 components, not speculators). Supported vLLM: 0.32, 0.33.
     Verified by: tests/e2e/test_mrv2.py, tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
 14. ``vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__`` — :mod:`.model_runner_v2`
     Why: MRV2 turns the target's aux hidden-state outputs on for four method names only.
     How: after the original, set ``use_aux_hidden_state_outputs`` when the plugin speculator
     reads target layers (``load_model`` then sets the target's aux layers). Covers
-    ``CPUModelRunner``. Remove when: MRV2 asks the speculator. Supported vLLM: 0.32, 0.33.
+    ``CPUModelRunner``. Remove when: MRV2 asks the speculator. Upstream: none filed. Supported vLLM: 0.32, 0.33.
     Verified by: tests/e2e/test_mrv2.py (EAGLE-3).
 15. ``GPUModelRunner.finish_requests`` (MRV2) — :mod:`.model_runner_v2`
     Why: finished and aborted requests free their carried state; MRV2 also frees the slot of
     a *preempted* request (and later sends it back as a new one). How: before the original,
     release finished requests' state and park preempted ones' under their request id.
-    Remove when: MRV2 tells speculators about request lifecycle. Supported vLLM: 0.32, 0.33.
+    Remove when: MRV2 tells speculators about request lifecycle. Upstream:
+    none filed. Supported vLLM: 0.32, 0.33.
     Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
 16. ``GPUModelRunner.add_requests`` (MRV2) — :mod:`.model_runner_v2`
     Why: state is indexed on the device by MRV2's request slot. How: after the original, for
     each new request restore parked state (``keep``) or re-initialise it (``reset``) and write
     its pool slot into the speculator's slot table. Not ``_remove_request`` (also called for
-    streaming input updates). Remove when: as row 15. Supported vLLM: 0.32, 0.33. Verified by: as row 15.
+    streaming input updates). Remove when: as row 15. Upstream: as row 15. Supported vLLM: 0.32, 0.33.
+    Verified by: as row 15.
 17. ``GPUModelRunner.postprocess_sampled`` (MRV2) — :mod:`.model_runner_v2`
     Why: ``Source.SAMPLED_TOKEN_IDS`` is the only source that is not an argument of MRV2's
     ``propose``. How: keep ``sampled_tokens`` (a device tensor, no copy) when a bound drafter
     reads that source; called right before ``propose``. Arguments after ``sampled_tokens`` are
     passed through (0.33 adds ``draft_tokens``). Remove when: ``propose`` receives them.
+    Upstream: none filed.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin

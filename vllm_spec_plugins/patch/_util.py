@@ -15,6 +15,10 @@ logger = logging.getLogger("vllm.spec_plugins")
 
 MARK = "__vsp_patched__"
 
+#: Every patch installed in this process, as ``(module, qualname)`` of the symbol replaced: what a test
+#: holds against the manifest (:mod:`.targets`) and the registry (:mod:`vllm_spec_plugins.patch`).
+APPLIED: list[tuple[str, str]] = []
+
 
 def is_patched(fn: Any) -> bool:
     return bool(getattr(fn, MARK, False))
@@ -36,6 +40,21 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) ->
     setattr(wrapper, MARK, True)
     wrapper.__wrapped__ = original
     setattr(owner, name, wrapper)
+    APPLIED.append((owner.__module__, f"{owner.__qualname__}.{name}"))
+    return True
+
+
+def rebind_global(module: Any, name: str, make: Callable[[Callable], Callable]) -> bool:
+    """Replace the module global ``module.name`` (a function other code looks up at call time) by
+    ``make(original)``, once; marked and recorded as :func:`wrap_method` does. Returns whether it did."""
+    original = getattr(module, name)
+    if is_patched(original):
+        return False
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, MARK, True)
+    setattr(module, name, wrapper)
+    APPLIED.append((getattr(module, "__name__", repr(module)), name))
     return True
 
 

@@ -10,8 +10,8 @@ import contextlib
 import logging
 from typing import Any
 
+from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import when_imported, wrap_method
-from .config import ATTENTION_METHODS, plugin_of
 
 logger = logging.getLogger("vllm.spec_plugins")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ._util import when_imported, wrap_method
-from .config import ATTENTION_METHODS, plugin_of
+from ..routing import ATTENTION_METHODS, plugin_of
+from ._util import rebind_global, when_imported, wrap_method
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -36,8 +36,6 @@ def _init_speculator_wrap(original):
 
         return make_speculator(vllm_config, device, req_states)
 
-    init_speculator.__wrapped__ = original
-    init_speculator.__vsp_patched__ = True
     return init_speculator
 
 
@@ -83,8 +81,7 @@ def _postprocess_wrap(original):
 
 
 def patch_module(mr: Any) -> None:
-    if not getattr(mr.init_speculator, "__vsp_patched__", False):
-        mr.init_speculator = _init_speculator_wrap(mr.init_speculator)
+    rebind_global(mr, "init_speculator", _init_speculator_wrap)
     cls = mr.GPUModelRunner
     wrap_method(cls, "__init__", _init_wrap)
     wrap_method(cls, "finish_requests", _finish_wrap)

@@ -18,8 +18,8 @@ from time import perf_counter
 from typing import Any
 
 from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings, StepShape
+from ..routing import plugin_of
 from ._util import when_imported, wrap_method
-from .config import plugin_of
 
 logger = logging.getLogger("vllm.spec_plugins")
 

@@ -23,12 +23,12 @@ from vllm.forward_context import set_forward_context
 
 from .._names import ENV_TRACE_DIR
 from ..api import Drafter, Source, model_class_error, model_class_gaps
+from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
-from ..routes import ARCH_ATTR, PLUGIN_ATTR
 from . import trace
 from .guard import DraftGuard
-from .inputs import Binding, bind, needs_aux, resolve_shape, token_rows
+from .inputs import Binding, bind, needs_aux, token_rows
 from .state import TOKEN_SOURCES, StatePool, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
@@ -51,7 +51,7 @@ def drafter_for(vllm_config: Any) -> Drafter:
 
 
 def _import_class(d: Drafter) -> type:
-    mod, _, name = d.model_class.partition(":")
+    mod, name = split_class_path(d.model_class)
     try:
         module = importlib.import_module(mod)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import DEFAULT_INPUTS, Drafter, ExtraInput, Source
+from ..checkpoint import resolve_shape
 from ..errors import PluginContractError
 
 #: Dtype each source delivers (``"model"`` = the engine's dtype).
@@ -53,22 +54,6 @@ class Binding:
 def _where(d: Drafter, fn: Callable) -> str:
     qual = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     return f"{d.culprit()}, {d.model_class.split(':')[0]}.{qual}"
-
-
-def resolve_shape(d: Drafter, hf_config: Any, shape: tuple, what: str) -> tuple[int, ...]:
-    out = []
-    for dim in shape:
-        if isinstance(dim, int):
-            out.append(dim)
-            continue
-        value = getattr(hf_config, dim, None)
-        if not isinstance(value, int):
-            raise PluginContractError(
-                f"vllm_spec_plugins: {d.culprit()} declares {what} with dimension "
-                f"{dim!r}, but the draft config has {dim}={value!r} (expected an int)",
-                plugin_name=d.name, dist=d.display_dist)
-        out.append(value)
-    return tuple(out)
 
 
 def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_tokens: int) -> tuple[int, ...]:

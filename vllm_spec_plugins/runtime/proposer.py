@@ -19,7 +19,7 @@ from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from ..api import Drafter
-from ..routes import ATTENTION_METHOD
+from ..routing import ATTENTION_METHOD
 from .core import LOOP_INPUTS, AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
 
 logger = logging.getLogger("vllm.spec_plugins")

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from vllm_spec_plugins.manager import PluginHost
-from vllm_spec_plugins.patch.config import alias_route, attention_method
+from vllm_spec_plugins.routing import alias_route, attention_method
 
 
 @pytest.fixture(scope="module")
