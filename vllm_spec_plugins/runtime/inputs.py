@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import DEFAULT_INPUTS, Drafter, ExtraInput, Source
+from ..api import DEFAULT_INPUTS, Dim, Drafter, ExtraInput, Source
 from ..errors import PluginContractError
 
 #: Dtype each source delivers (``"model"`` = the engine's dtype).
@@ -50,12 +50,12 @@ class Binding:
         return ("state", self.state) if self.source is Source.STATE else self.source
 
 
-def _where(d: Drafter, fn: Callable) -> str:
+def _where(d: Drafter, fn: Callable[..., Any]) -> str:
     qual = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     return f"{d.culprit()}, {d.model_class.split(':')[0]}.{qual}"
 
 
-def resolve_shape(d: Drafter, hf_config: Any, shape: tuple, what: str) -> tuple[int, ...]:
+def resolve_shape(d: Drafter, hf_config: Any, shape: tuple[Dim, ...], what: str) -> tuple[int, ...]:
     out = []
     for dim in shape:
         if isinstance(dim, int):
@@ -82,7 +82,7 @@ def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_to
     return ()
 
 
-def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
+def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
          extra_names: dict[str, Source] | None = None, state_params: bool = False,
          loop_inputs: tuple[str, ...] = ()) -> list[Binding]:
     """Bind every parameter of ``fn`` to a source.
@@ -112,6 +112,7 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
         elif p.name in extras:
             e = extras[p.name]
             if e.source is Source.STATE:
+                assert e.state is not None  # ExtraInput.__post_init__: state= is given exactly with Source.STATE
                 s = states[e.state]  # validated in Drafter.__post_init__
                 out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
                                    s.dtype))
