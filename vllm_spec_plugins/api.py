@@ -89,7 +89,7 @@ def check_dtype(what: str, dtype: object) -> None:
                          f"({', '.join(n for n in DTYPE_NAMES if n != 'model')})")
 
 
-def check_shape(what: str, shape: tuple) -> None:
+def check_shape(what: str, shape: tuple[object, ...]) -> None:
     for dim in shape:
         if isinstance(dim, str):
             if not dim.isidentifier():

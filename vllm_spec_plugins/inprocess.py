@@ -18,7 +18,8 @@ _DIST_READY = False
 
 def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int | None = 3,
                   method: str | None = None, dtype: str = "float32", max_model_len: int = 512,
-                  max_num_seqs: int = 8, speculative_config: dict | None = None, **engine_kwargs: Any) -> Any:
+                  max_num_seqs: int = 8, speculative_config: dict[str, Any] | None = None,
+                  **engine_kwargs: Any) -> Any:
     """vLLM's ``VllmConfig`` for ``LLM(target, speculative_config={"model": draft, ...})``, built in this process.
 
     The runner shim is registered first, so the draft goes through the same config patch as
@@ -55,7 +56,8 @@ def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) of an AF_INET socket
+        return port
 
 
 def init_cpu_runtime(vllm_config: Any) -> None:
@@ -131,7 +133,8 @@ def start_heads_proposer(target: Any, draft: Any, *, num_speculative_tokens: int
     import torch
     from vllm.config import set_current_vllm_config
 
-    from .runtime.proposer import HeadsProposer, drafter_for
+    from .runtime.core import drafter_for
+    from .runtime.proposer import HeadsProposer
 
     vllm_config = engine_config(target, draft, num_speculative_tokens=num_speculative_tokens, method=method,
                                 **engine_kwargs)

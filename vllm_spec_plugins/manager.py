@@ -13,7 +13,7 @@ import os
 import traceback
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
@@ -21,6 +21,9 @@ from . import hookspecs
 from ._names import API_VERSION, ENTRY_POINT_GROUP, ENV_ALLOW, PROJECT_NAME
 from .api import Drafter, PluginInfo
 from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError
+
+if TYPE_CHECKING:
+    from .owners import Shadow
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -91,14 +94,15 @@ class PluginHost:
         self.conflicts: dict[str, list[Drafter]] = {}
         self.skipped: list[str] = []
         #: Names claimed by plugins that vLLM or Transformers already serve (set by the shim, see :mod:`.owners`).
-        self.shadows: list = []
+        self.shadows: list[Shadow] = []
         #: ``"architecture:X"`` / ``"model_type:Y"`` keys that select their plugin only through
         #: ``"method"`` or the checkpoint's ``vllm_spec_plugin`` stamp (names of vLLM/Transformers models).
         self.reserved: set[str] = set()
 
     # -- loading -------------------------------------------------------------
 
-    def load(self, entry_points: Iterable[Any] | None = None, allow: set[str] | str | None = "env") -> PluginHost:
+    def load(self, entry_points: Iterable[Any] | None = None,
+             allow: set[str] | Literal["env"] | None = "env") -> PluginHost:
         """Load plugins from entry points (default: the installed ``vllm_spec_plugins`` group)."""
         if allow == "env":
             allow = allowed_names()

@@ -39,7 +39,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -120,7 +120,7 @@ class PolicySettings:
     (tests and simulations; ``VLLM_SPEC_PLUGINS_POLICY_COST_MODEL``)."""
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> PolicySettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PolicySettings:
         env = os.environ if environ is None else environ
         raw = (env.get(ENV_POLICY) or "adaptive").strip().lower()
         kw: dict[str, Any] = {}
@@ -412,7 +412,7 @@ class AdaptivePolicy:
             close = runner is not None and rates[runner] >= rates[best] * (1 - cfg.close_contest)
             if unmeasured:
                 probe = unmeasured[0]
-            elif close:
+            elif close and runner is not None:  # (close implies a runner-up; the test narrows its type)
                 probe = runner  # a close runner-up: its estimate (its acceptance above all) needs fresh data
             else:
                 probe = others[bk.probe_turn % len(others)]

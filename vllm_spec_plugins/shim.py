@@ -10,10 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from ._compat import supported_text, version_supported, vllm_version
 from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK
 from .checkpoint import import_class_path
+
+if TYPE_CHECKING:
+    from .manager import PluginHost
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -101,7 +105,7 @@ def _register() -> None:
     logger.debug("vllm_spec_plugins: registered spec-decode plugins: %s", names)
 
 
-def _register_with_vllm(host) -> None:
+def _register_with_vllm(host: PluginHost) -> None:
     """Register every drafter's config and model class, never over a name vLLM or Transformers serve."""
     from transformers import AutoConfig
     from vllm import ModelRegistry

@@ -8,8 +8,12 @@ import importlib.util
 import logging
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -24,7 +28,7 @@ def is_patched(fn: Any) -> bool:
     return bool(getattr(fn, MARK, False))
 
 
-def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) -> bool:
+def wrap_method(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
     """Replace ``owner.name`` by ``make(original)``, once.
 
     The wrapper carries ``__vsp_patched__ = True`` and ``__wrapped__ = original``;
@@ -38,7 +42,7 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable], Callable]) ->
     wrapper = make(original)
     functools.update_wrapper(wrapper, original)
     setattr(wrapper, MARK, True)
-    wrapper.__wrapped__ = original
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute (as functools sets it)
     setattr(owner, name, wrapper)
     APPLIED.append((owner.__module__, f"{owner.__qualname__}.{name}"))
     return True
@@ -72,7 +76,8 @@ _hook_lock = threading.RLock()
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     """Runs callbacks right after a watched module has executed."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in _hooks:
             return None
         for finder in sys.meta_path:
@@ -88,7 +93,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return spec
         original_exec = loader.exec_module
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             original_exec(module)
             _run_hooks(fullname, module)
 

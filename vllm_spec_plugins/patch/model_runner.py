@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import when_imported, wrap_method
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..runtime.proposer import AttentionProposer, HeadsProposer
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -25,7 +31,7 @@ def _is_plugin_drafter(runner: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _drafter_factory(gmr: Any, spec: Any):
+def _drafter_factory(gmr: Any, spec: Any) -> Iterator[None]:
     """Make the runner's ``DraftModelProposer(...)`` / ``EagleProposer(...)`` build the plugin proposer.
 
     vLLM builds ``EagleProposer`` for both of its EAGLE-family methods (``eagle`` and
@@ -37,7 +43,7 @@ def _drafter_factory(gmr: Any, spec: Any):
     name = "EagleProposer" if spec.method in ATTENTION_METHODS else "DraftModelProposer"
     original = getattr(gmr, name)
 
-    def factory(vllm_config, device, runner=None):
+    def factory(vllm_config: Any, device: torch.device, runner: Any = None) -> HeadsProposer | AttentionProposer:
         return make_proposer(vllm_config, device, runner)
 
     setattr(gmr, name, factory)
@@ -47,9 +53,9 @@ def _drafter_factory(gmr: Any, spec: Any):
         setattr(gmr, name, original)
 
 
-def _init_wrap(gmr: Any):
-    def wrap(original):
-        def __init__(self, vllm_config, device, *args, **kwargs):
+def _init_wrap(gmr: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def wrap(original: Callable[..., None]) -> Callable[..., None]:
+        def __init__(self: Any, vllm_config: Any, device: torch.device, *args: Any, **kwargs: Any) -> None:
             spec = vllm_config.speculative_config
             if not plugin_of(spec) or spec.method not in ("draft_model", *ATTENTION_METHODS):
                 return original(self, vllm_config, device, *args, **kwargs)
@@ -64,10 +70,11 @@ def _init_wrap(gmr: Any):
     return wrap
 
 
-def _propose_wrap(original):
-    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
-                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
-                                common_attn_metadata, slot_mappings):
+def _propose_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def propose_draft_token_ids(self: Any, scheduler_output: Any, sampled_token_ids: Any, sampling_metadata: Any,
+                                hidden_states: torch.Tensor, sample_hidden_states: torch.Tensor,
+                                aux_hidden_states: list[torch.Tensor] | None, spec_decode_metadata: Any,
+                                common_attn_metadata: Any, slot_mappings: Any) -> Any:
         if _is_plugin_drafter(self):
             self.drafter.stash_step(self, hidden_states=hidden_states, aux_hidden_states=aux_hidden_states)
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
@@ -77,8 +84,8 @@ def _propose_wrap(original):
     return propose_draft_token_ids
 
 
-def _removed_wrap(original):
-    def _on_request_state_removed(self, req_id, req_state):
+def _removed_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _on_request_state_removed(self: Any, req_id: str, req_state: Any) -> Any:
         if _is_plugin_drafter(self):
             self.drafter.on_request_removed(req_id)
         return original(self, req_id, req_state)
@@ -86,8 +93,8 @@ def _removed_wrap(original):
     return _on_request_state_removed
 
 
-def _update_states_wrap(original):
-    def _update_states(self, scheduler_output):
+def _update_states_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _update_states(self: Any, scheduler_output: Any) -> Any:
         out = original(self, scheduler_output)
         if _is_plugin_drafter(self):
             resumed = getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ())

@@ -7,10 +7,14 @@ All thin: they build the plugin speculator and hand request events to it
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import rebind_global, when_imported, wrap_method
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -28,8 +32,8 @@ def is_plugin_spec(spec: Any) -> bool:
     return bool(spec is not None and plugin_of(spec) and spec.method in ("draft_model", *ATTENTION_METHODS))
 
 
-def _init_speculator_wrap(original):
-    def init_speculator(vllm_config, device, req_states):
+def _init_speculator_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def init_speculator(vllm_config: Any, device: torch.device, req_states: Any) -> Any:
         if not is_plugin_spec(vllm_config.speculative_config):
             return original(vllm_config, device, req_states)
         from ..runtime.mrv2 import make_speculator
@@ -39,8 +43,8 @@ def _init_speculator_wrap(original):
     return init_speculator
 
 
-def _init_wrap(original):
-    def __init__(self, vllm_config, device, *args, **kwargs):
+def _init_wrap(original: Callable[..., None]) -> Callable[..., None]:
+    def __init__(self: Any, vllm_config: Any, device: torch.device, *args: Any, **kwargs: Any) -> None:
         original(self, vllm_config, device, *args, **kwargs)
         spec = _plugin_speculator(self)
         if spec is not None and spec.needs_aux_hidden_states:
@@ -49,8 +53,8 @@ def _init_wrap(original):
     return __init__
 
 
-def _finish_wrap(original):
-    def finish_requests(self, scheduler_output):
+def _finish_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def finish_requests(self: Any, scheduler_output: Any) -> Any:
         spec = _plugin_speculator(self)
         if spec is not None:
             spec.on_requests_finished(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
@@ -59,8 +63,8 @@ def _finish_wrap(original):
     return finish_requests
 
 
-def _add_wrap(original):
-    def add_requests(self, scheduler_output):
+def _add_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def add_requests(self: Any, scheduler_output: Any) -> Any:
         out = original(self, scheduler_output)
         spec = _plugin_speculator(self)
         if spec is not None and scheduler_output.scheduled_new_reqs:
@@ -70,8 +74,9 @@ def _add_wrap(original):
     return add_requests
 
 
-def _postprocess_wrap(original):
-    def postprocess_sampled(self, idx_mapping, sampled_tokens, *args, **kwargs):  # 0.33 adds draft_tokens
+def _postprocess_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def postprocess_sampled(self: Any, idx_mapping: torch.Tensor, sampled_tokens: torch.Tensor, *args: Any,
+                            **kwargs: Any) -> Any:  # 0.33 adds draft_tokens
         spec = _plugin_speculator(self)
         if spec is not None and spec.wants_sampled:
             spec.keep_sampled(sampled_tokens)

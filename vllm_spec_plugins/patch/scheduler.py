@@ -14,6 +14,7 @@ one decision for every tensor-parallel rank.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -46,7 +47,7 @@ def attach(scheduler: Any, vllm_config: Any, environ: dict[str, str] | None = No
     import os
 
     env = os.environ if environ is None else environ
-    spec = getattr(vllm_config, "speculative_config", None)
+    spec: Any = getattr(vllm_config, "speculative_config", None)  # vLLM's SpeculativeConfig (None: no drafts)
     name = plugin_of(spec)
     if not name:
         return None
@@ -91,8 +92,8 @@ def step_shape(scheduler_output: Any) -> StepShape:
                      k_verified=max((len(v) for v in spec.values()), default=0), pure_decode=pure)
 
 
-def _init_wrap(original):
-    def __init__(self, vllm_config, *args, **kwargs):
+def _init_wrap(original: Callable[..., None]) -> Callable[..., None]:
+    def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
         original(self, vllm_config, *args, **kwargs)
         try:
             attach(self, vllm_config)
@@ -103,8 +104,8 @@ def _init_wrap(original):
     return __init__
 
 
-def _schedule_wrap(original):
-    def schedule(self, *args, **kwargs):
+def _schedule_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
         policy = policy_of(self)
         if policy is not None:
             t = perf_counter()
@@ -122,9 +123,9 @@ def _schedule_wrap(original):
     return schedule
 
 
-def _stats_wrap(original):
-    def make_spec_decoding_stats(self, spec_decoding_stats, num_draft_tokens, num_accepted_tokens,
-                                 num_invalid_spec_tokens, request_id):
+def _stats_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def make_spec_decoding_stats(self: Any, spec_decoding_stats: Any, num_draft_tokens: int, num_accepted_tokens: int,
+                                 num_invalid_spec_tokens: dict[str, int] | None, request_id: str) -> Any:
         policy = policy_of(self)
         if policy is not None:
             t = perf_counter()
@@ -137,8 +138,8 @@ def _stats_wrap(original):
     return make_spec_decoding_stats
 
 
-def _update_wrap(original):
-    def update_from_output(self, scheduler_output, model_runner_output):
+def _update_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
         policy = policy_of(self)
         if policy is None:
             return original(self, scheduler_output, model_runner_output)
@@ -156,8 +157,8 @@ def _update_wrap(original):
     return update_from_output
 
 
-def _shutdown_wrap(original):
-    def shutdown(self):
+def _shutdown_wrap(original: Callable[..., None]) -> Callable[..., None]:
+    def shutdown(self: Any) -> None:
         policy = policy_of(self)
         if policy is not None and policy.step:
             logger.info("%s", policy.summary_line())

@@ -16,7 +16,8 @@ import contextlib
 import importlib
 import logging
 import os
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from vllm.forward_context import set_forward_context
@@ -29,7 +30,7 @@ from ..manager import get_host
 from . import trace
 from .guard import DraftGuard
 from .inputs import Binding, bind, needs_aux, token_rows
-from .state import TOKEN_SOURCES, StatePool, fill_token_source, resolve_inits, sees_tokens
+from .state import TOKEN_SOURCES, StatePool, StateRow, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -50,7 +51,7 @@ def drafter_for(vllm_config: Any) -> Drafter:
     return d
 
 
-def _import_class(d: Drafter) -> type:
+def _import_class(d: Drafter) -> type[Any]:
     mod, name = split_class_path(d.model_class)
     try:
         module = importlib.import_module(mod)
@@ -61,7 +62,7 @@ def _import_class(d: Drafter) -> type:
             f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, "
             f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
             f"{d.display_dist}, or install what it needs.", plugin_name=d.name, dist=d.display_dist) from e
-    cls = getattr(module, name, None)
+    cls: type[Any] | None = getattr(module, name, None)
     if cls is None:
         raise PluginLoadError(
             f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, but "
@@ -102,6 +103,13 @@ class DrafterRuntime:
     ``num_speculative_tokens`` and, once loaded, ``model``.
     """
 
+    # Set by the vLLM proposer / speculator class this mixin is combined with (annotations only, no values):
+    vllm_config: Any  # set by vLLM's proposer: the engine's VllmConfig
+    draft_model_config: Any  # set by vLLM's proposer: the draft's ModelConfig
+    max_num_tokens: int  # set by vLLM's proposer: max_num_batched_tokens
+    num_speculative_tokens: int  # set by vLLM's proposer (V1); by Mrv2Runtime._setup_mrv2 on MRV2
+    model: Any  # set by vLLM's proposer when it loads the draft: the plugin model (AttentionRuntime wraps it)
+
     needs_aux_hidden_states = False
 
     def _setup_plugin(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter, *,
@@ -135,7 +143,7 @@ class DrafterRuntime:
         self.pool: StatePool | None = None
         self._reset_on_preempt: list[str] = []
         if drafter.state:
-            specs = []
+            specs: list[StateRow] = []
             for s in drafter.state:
                 shape = resolve_shape(drafter, hf, s.shape, f"state {s.name!r}")
                 dtype = _dtype(s.dtype, model_dtype)
@@ -178,8 +186,9 @@ class DrafterRuntime:
         """Fill every requested buffer for this step, then carry the state (before the forward)."""
         step = self._step
         buf = self.buffers
-        hidden = step.get("hidden_states")
-        valid = step.get("valid_count")
+        # (set by the front end before every step; read only for the sources that need them)
+        hidden = cast(torch.Tensor, step.get("hidden_states"))
+        valid = cast(torch.Tensor, step.get("valid_count"))
         for key in {b.key for b in self.forward_bindings + self.update_bindings if b.source is not None}:
             if key == Source.TARGET_HIDDEN_LAST:
                 torch.index_select(hidden, 0, idx, out=buf[key][:B])
@@ -287,7 +296,7 @@ class DrafterRuntime:
             f"{what}{cause}. {advice}", plugin_name=d.name, dist=d.display_dist)
 
     @contextlib.contextmanager
-    def _plugin_call(self, what: str):
+    def _plugin_call(self, what: str) -> Iterator[None]:
         """Plugin code at start-up (model construction, weight loading, ``bind_target``): a failure refuses
         the draft with the culprit named, instead of a bare traceback from inside vLLM's loader."""
         try:
@@ -360,7 +369,7 @@ class DrafterRuntime:
         """The carried-state pool slot of each of the step's first ``B`` requests, on the device."""
         raise NotImplementedError
 
-    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> None:
+    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None) -> None:
         """Write one trace record (schema: runtime/trace.py, docs/trace.md). A failure (disk full, the folder
         removed...) is not the plugin's: it is logged once and tracing stops; drafting goes on."""
         try:
@@ -380,7 +389,7 @@ class DrafterRuntime:
 class HeadsRuntime(DrafterRuntime):
     """A ``heads`` drafter: one forward per step over one row per request (both runners)."""
 
-    def _bind_and_trial(self, target_model: torch.nn.Module) -> None:
+    def _bind_and_trial(self, target_model: torch.nn.Module | None) -> None:
         bind_target = getattr(self.model, "bind_target", None)
         if bind_target is not None:
             with self._plugin_call("failed in bind_target(target_model)"):
@@ -431,7 +440,7 @@ class HeadsRuntime(DrafterRuntime):
             out = self.model(**self._kwargs(self.forward_bindings, B, T))
         return self._to_drafts(out, B, k)
 
-    def _to_drafts(self, out: Any, B: int, k: int) -> torch.Tensor:
+    def _to_drafts(self, out: object, B: int, k: int) -> torch.Tensor:
         d = self.drafter
         if not isinstance(out, torch.Tensor):
             raise PluginContractError(
@@ -473,6 +482,8 @@ class AttentionDrafterAdapter(torch.nn.Module):
     ``embed_input_ids``, ``lm_head``, ``model``...) is the plugin model's own.
     """
 
+    _proposer: AttentionRuntime  # set in __init__ (outside nn.Module's attribute handling)
+
     def __init__(self, inner: torch.nn.Module, proposer: AttentionRuntime) -> None:
         super().__init__()
         self.inner = inner
@@ -484,12 +495,13 @@ class AttentionDrafterAdapter(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["inner"], name)
 
-    def forward(self, input_ids=None, positions=None, hidden_states=None, inputs_embeds=None):
+    def forward(self, input_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                hidden_states: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> Any:
         p = self._proposer
         loop = {"input_ids": input_ids, "positions": positions, "hidden_states": hidden_states,
                 "inputs_embeds": inputs_embeds}
         rows = next(t for t in (input_ids, inputs_embeds, hidden_states) if t is not None).shape[0]
-        kwargs = {}
+        kwargs: dict[str, torch.Tensor | None] = {}
         for b in p.forward_bindings:
             if b.source is None:
                 kwargs[b.param] = loop[b.param]
@@ -515,6 +527,8 @@ class AttentionRuntime(DrafterRuntime):
     The adapter reads ``pass_index`` (0: the first pass, one row per scheduled token; 1 and
     later: one row per request) and ``token_request`` (the request row of each token row).
     """
+
+    hidden_size: int  # set by vLLM's proposer: the draft's hidden size
 
     def _setup_attention(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter) -> None:
         rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs

@@ -74,7 +74,8 @@ class DraftGuard:
         self.flag = torch.zeros(1, dtype=torch.int32, device=device)
         pin = device.type == "cuda"
         self.flag_host = torch.zeros(1, dtype=torch.int32, pin_memory=pin)
-        self.event = torch.cuda.Event() if device.type == "cuda" else None
+        # (torch.cuda.Event's constructor and query() have no annotations)
+        self.event = torch.cuda.Event() if device.type == "cuda" else None  # type: ignore[no-untyped-call]
         self._flag_pending = False
 
     # -- identity --------------------------------------------------------------
@@ -138,7 +139,7 @@ class DraftGuard:
         """Read the host copy of the out-of-range flag once its copy has landed (never waits)."""
         if not self._flag_pending or self.disabled:
             return
-        if self.event is not None and not self.event.query():
+        if self.event is not None and not self.event.query():  # type: ignore[no-untyped-call]  # unannotated
             return
         if int(self.flag_host[0]) != 0:
             self._flag_pending = False

@@ -51,7 +51,7 @@ class Binding:
         return ("state", self.state) if self.source is Source.STATE else self.source
 
 
-def _where(d: Drafter, fn: Callable) -> str:
+def _where(d: Drafter, fn: Callable[..., Any]) -> str:
     qual = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     return f"{d.culprit()}, {d.model_class.split(':')[0]}.{qual}"
 
@@ -67,7 +67,7 @@ def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_to
     return ()
 
 
-def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
+def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
          extra_names: dict[str, Source] | None = None, state_params: bool = False,
          loop_inputs: tuple[str, ...] = ()) -> list[Binding]:
     """Bind every parameter of ``fn`` to a source.
@@ -97,6 +97,7 @@ def bind(d: Drafter, fn: Callable, *, hf_config: Any, hidden_size: int, num_aux:
         elif p.name in extras:
             e = extras[p.name]
             if e.source is Source.STATE:
+                assert e.state is not None  # ExtraInput.__post_init__: state= is given exactly with Source.STATE
                 s = states[e.state]  # validated in Drafter.__post_init__
                 out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
                                    s.dtype))

@@ -50,7 +50,8 @@ from .core import AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for
 logger = logging.getLogger("vllm.spec_plugins")
 
 
-def make_speculator(vllm_config: Any, device: torch.device, req_states: Any = None):
+def make_speculator(vllm_config: Any, device: torch.device,
+                    req_states: Any = None) -> PluginHeadsSpeculator | PluginEagleSpeculator:
     """The plugin speculator for this engine's draft (what ``init_speculator`` returns for plugin specs)."""
     d = drafter_for(vllm_config)
     cls = PluginHeadsSpeculator if d.kind == "heads" else PluginEagleSpeculator
@@ -61,6 +62,12 @@ def make_speculator(vllm_config: Any, device: torch.device, req_states: Any = No
 
 class Mrv2Runtime(DrafterRuntime):
     """MRV2's side of both plugin speculators: sources from ``propose``'s arguments, state by request slot."""
+
+    # Set by vLLM's speculator class this mixin is combined with (annotations only, no values):
+    num_speculative_steps: int  # set by vLLM's speculator: speculative_config.num_speculative_tokens
+    max_num_reqs: int  # set by vLLM's speculator: scheduler_config.max_num_seqs
+    device: torch.device  # set by vLLM's speculator
+    draft_tokens: torch.Tensor  # set by vLLM's speculator: [max_num_reqs, num_speculative_steps] output buffer
 
     def _setup_mrv2(self, setup_runtime: Any) -> None:
         """After the vLLM speculator's own ``__init__``: the runtime (``setup_runtime()``), then MRV2's parts."""
@@ -140,7 +147,8 @@ class Mrv2Runtime(DrafterRuntime):
 
     def _begin(self, input_batch: Any, last_hidden_states: torch.Tensor, aux_hidden_states: Any,
                num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
-               next_prefill_tokens: torch.Tensor, num_speculative_tokens: int | None):
+               next_prefill_tokens: torch.Tensor, num_speculative_tokens: int | None
+               ) -> tuple[int, int, int, torch.Tensor, torch.Tensor]:
         """The start of a (non-dummy) ``propose``: the step's k, the sources, the guard's flag.
         Returns ``(B, T, k, last rows, the drafts to return)``."""
         k = self.num_speculative_steps if num_speculative_tokens is None else int(num_speculative_tokens)
@@ -157,7 +165,7 @@ class Mrv2Runtime(DrafterRuntime):
         return out
 
 
-class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
+class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  # type: ignore[misc]  # vLLM's is Any
     """A ``heads`` plugin drafter on MRV2: one forward per step, one row per request, no draft KV cache."""
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
@@ -165,14 +173,15 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
         self._setup_mrv2(lambda: self._setup_plugin(vllm_config, device, None, drafter,
                                                              request_rows=self.max_num_reqs))
 
-    def load_draft_model(self, target_model: torch.nn.Module, target_attn_layer_names: set[str]):
+    def load_draft_model(self, target_model: torch.nn.Module, target_attn_layer_names: set[str]) -> torch.nn.Module:
         """The plugin class through vLLM's loader, as MRV2's ``StandaloneARSpeculator`` loads a draft LM."""
         spec = self.speculative_config
         draft_vllm_config = replace(
             self.vllm_config, model_config=self.draft_model_config, quant_config=None,
             parallel_config=replace(spec.draft_parallel_config, rank=self.vllm_config.parallel_config.rank))
         with set_model_tag("draft_model"):
-            return get_model(vllm_config=draft_vllm_config, prefix="draft_model")
+            model: torch.nn.Module = get_model(vllm_config=draft_vllm_config, prefix="draft_model")
+            return model
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"):
@@ -186,10 +195,13 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
         pass
 
     @torch.inference_mode()
-    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
-                num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
-                dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
-                is_profile=False, num_speculative_tokens=None) -> torch.Tensor:
+    def propose(self, input_batch: Any, attn_metadata: dict[str, Any], slot_mappings: dict[str, torch.Tensor],
+                last_hidden_states: torch.Tensor, aux_hidden_states: list[torch.Tensor] | None,
+                num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
+                next_prefill_tokens: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                dp_sync_state: Any = None, dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
+                mm_inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None, is_profile: bool = False,
+                num_speculative_tokens: int | None = None) -> torch.Tensor:
         if dummy_run:
             B, T = input_batch.num_reqs, input_batch.num_tokens
             if B:
@@ -215,7 +227,7 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):
         return out
 
 
-class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
+class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # type: ignore[misc]  # vLLM's is Any
     """An ``attention`` plugin drafter on MRV2, inside vLLM's EAGLE loop (TargetDependentARSpeculator)."""
 
     def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
@@ -237,10 +249,13 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
         self.pass_index = 1
 
     @torch.inference_mode()
-    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
-                num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
-                dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
-                is_profile=False, num_speculative_tokens=None) -> torch.Tensor:
+    def propose(self, input_batch: Any, attn_metadata: dict[str, Any], slot_mappings: dict[str, torch.Tensor],
+                last_hidden_states: torch.Tensor, aux_hidden_states: list[torch.Tensor] | None,
+                num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
+                next_prefill_tokens: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                dp_sync_state: Any = None, dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
+                mm_inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None, is_profile: bool = False,
+                num_speculative_tokens: int | None = None) -> torch.Tensor:
         args = (input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states, num_sampled,
                 num_rejected, last_sampled, next_prefill_tokens, temperature, seeds)
         kwargs = dict(dp_sync_state=dp_sync_state, dummy_run=dummy_run,
@@ -248,7 +263,8 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
                       num_speculative_tokens=num_speculative_tokens)
         if dummy_run:  # vLLM's warm-up and profile runs: the loop on the static buffers, no state written
             try:
-                return super().propose(*args, **kwargs)
+                drafts: torch.Tensor = super().propose(*args, **kwargs)
+                return drafts
             except KeyboardInterrupt:
                 raise
             except BaseException as e:
@@ -268,11 +284,13 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):
             self._trace(B, T, drafts[:, :k].clone())
         return drafts
 
-    def _propose_guarded(self, B: int, T: int, last: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+    def _propose_guarded(self, B: int, T: int, last: torch.Tensor, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> torch.Tensor:
         if self.buffers:
             self._prepare_step(B, T, self.next_ids[:B], args[0].positions[:T], last)
             if self.guard.disabled:  # the state-carry hook failed
                 return self._idle(self.draft_tokens[:B], B)
             self._set_token_request(args[0].query_start_loc, B, T)
         self.pass_index = 0
-        return super().propose(*args, **kwargs)
+        drafts: torch.Tensor = super().propose(*args, **kwargs)
+        return drafts

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.utils.torch_utils import is_pin_memory_available
@@ -22,10 +23,15 @@ from ..api import Drafter
 from ..routing import ATTENTION_METHOD
 from .core import LOOP_INPUTS, AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
 
+if TYPE_CHECKING:
+    #: What vLLM's ``propose`` takes as ``mm_embed_inputs`` and ``slot_mappings`` (passed through as they are).
+    MmEmbedInputs = tuple[list[torch.Tensor], torch.Tensor]
+    SlotMappings = dict[str, torch.Tensor] | list[dict[str, torch.Tensor]]
+
 logger = logging.getLogger("vllm.spec_plugins")
 
 
-def make_proposer(vllm_config: Any, device: torch.device, runner: Any = None):
+def make_proposer(vllm_config: Any, device: torch.device, runner: Any = None) -> HeadsProposer | AttentionProposer:
     d = drafter_for(vllm_config)
     if d.kind == "heads":
         return HeadsProposer(vllm_config, device, runner, drafter=d)
@@ -45,8 +51,11 @@ class PluginProposerMixin(DrafterRuntime):
                    aux_hidden_states: list[torch.Tensor] | None) -> None:
         self._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states}
 
-    def prepare_next_token_ids_padded(self, sampled_token_ids, requests, gpu_input_batch, discard_request_mask):
-        next_token_ids, valid = super().prepare_next_token_ids_padded(
+    def prepare_next_token_ids_padded(self, sampled_token_ids: torch.Tensor, requests: dict[str, Any],
+                                      gpu_input_batch: Any, discard_request_mask: torch.Tensor
+                                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        # vLLM's proposer, after this mixin in the MRO, defines it; mypy only sees DrafterRuntime above us
+        next_token_ids, valid = super().prepare_next_token_ids_padded(  # type: ignore[misc]
             sampled_token_ids, requests, gpu_input_batch, discard_request_mask)
         self._step["sampled_token_ids"] = sampled_token_ids
         self._step["valid_count"] = valid
@@ -73,13 +82,15 @@ class PluginProposerMixin(DrafterRuntime):
         return idx
 
     @staticmethod
-    def _sample_index(B: int, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any):
+    def _sample_index(B: int, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any
+                      ) -> torch.Tensor:
         if token_indices_to_sample is None:  # no drafts in this batch: the last scheduled token of each request
-            return (common_attn_metadata.query_start_loc[1:B + 1] - 1).to(torch.int64)
+            query_start_loc: torch.Tensor = common_attn_metadata.query_start_loc
+            return (query_start_loc[1:B + 1] - 1).to(torch.int64)
         return token_indices_to_sample[:B].to(torch.int64)
 
 
-class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):
+class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # type: ignore[misc]  # vLLM's is Any
     """Runs a ``heads`` plugin drafter: one forward per step, one row per request.
 
     It subclasses :class:`DraftModelProposer` so every ``isinstance`` check and
@@ -98,14 +109,14 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):
         self._setup_plugin(vllm_config, device, runner, drafter,
                            request_rows=vllm_config.scheduler_config.max_num_seqs)
 
-    def load_model(self, target_model: torch.nn.Module) -> None:
+    def load_model(self, target_model: torch.nn.Module | None) -> None:
         with self._plugin_call("failed to build the model or load its weights"):
             self.model = self._get_model()
         self._bind_and_trial(target_model)
 
     def initialize_attn_backend(self, kv_cache_config: Any, kernel_block_sizes: Any = None) -> None:
         """Heads drafters have no attention layers and no draft KV cache."""
-        self.draft_attn_groups = []
+        self.draft_attn_groups: list[Any] = []
 
     @torch.inference_mode()
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
@@ -113,9 +124,11 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):
         self._dummy_forward(max(1, min(num_tokens, self.max_reqs)), max(1, min(num_tokens, self.max_num_tokens)))
 
     @torch.inference_mode()
-    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
-                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
+    def propose(self, num_speculative_tokens: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
+                target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor,
+                token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any, sampling_metadata: Any,
+                mm_embed_inputs: MmEmbedInputs | None = None, num_rejected_tokens_gpu: torch.Tensor | None = None,
+                slot_mappings: SlotMappings | None = None) -> torch.Tensor:
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
         guard = self.guard
@@ -141,7 +154,7 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):
         return drafts
 
 
-class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
+class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  # type: ignore[misc]  # vLLM's is Any
     """Runs an ``attention`` plugin drafter inside vLLM's multi-step EAGLE loop.
 
     Draft KV cache, attention metadata, positions, slot mappings and CUDA-graph
@@ -156,6 +169,8 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
     its own EAGLE-3 classes.
     """
 
+    method: str  # set by vLLM's proposer: speculative_config.method (switched by _plain_loop)
+
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
         EagleProposer.__init__(self, vllm_config, device, runner)
         self._setup_attention(vllm_config, device, runner, drafter)
@@ -167,9 +182,11 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
 
     @torch.inference_mode()
-    def propose(self, num_speculative_tokens, target_token_ids, target_positions, target_hidden_states,
-                next_token_ids, token_indices_to_sample, common_attn_metadata, sampling_metadata,
-                mm_embed_inputs=None, num_rejected_tokens_gpu=None, slot_mappings=None) -> torch.Tensor:
+    def propose(self, num_speculative_tokens: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
+                target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor,
+                token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any, sampling_metadata: Any,
+                mm_embed_inputs: MmEmbedInputs | None = None, num_rejected_tokens_gpu: torch.Tensor | None = None,
+                slot_mappings: SlotMappings | None = None) -> torch.Tensor:
         B = next_token_ids.shape[0]
         T = common_attn_metadata.num_actual_tokens
         guard = self.guard
@@ -184,9 +201,12 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
             return guard.idle(B, num_speculative_tokens, next_token_ids)
         return guard.sanitize(drafts)
 
-    def _propose_guarded(self, B, T, num_speculative_tokens, target_token_ids, target_positions,
-                         target_hidden_states, next_token_ids, token_indices_to_sample, common_attn_metadata,
-                         sampling_metadata, mm_embed_inputs, num_rejected_tokens_gpu, slot_mappings) -> torch.Tensor:
+    def _propose_guarded(self, B: int, T: int, num_speculative_tokens: int, target_token_ids: torch.Tensor,
+                         target_positions: torch.Tensor, target_hidden_states: torch.Tensor,
+                         next_token_ids: torch.Tensor, token_indices_to_sample: torch.Tensor | None,
+                         common_attn_metadata: Any, sampling_metadata: Any, mm_embed_inputs: MmEmbedInputs | None,
+                         num_rejected_tokens_gpu: torch.Tensor | None, slot_mappings: SlotMappings | None
+                         ) -> torch.Tensor:
         if self.buffers:
             idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
             self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
@@ -196,7 +216,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
                 return self.guard.idle(B, num_speculative_tokens, next_token_ids)
             self._set_token_request(common_attn_metadata.query_start_loc, B, T)
         self.pass_index = 0
-        trace_first = None
+        trace_first: dict[str, Any] | None = None
         if self._trace_dir:
             trace_first = {"target_token_ids": target_token_ids[:T].cpu().clone(),
                            "target_positions": target_positions[..., :T].cpu().clone(),
@@ -212,7 +232,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
             if trace_first is not None:
                 trace_first["combined_hidden_states"] = target_hidden_states[:T].cpu().clone()
         with self._plain_loop():
-            drafts = super().propose(num_speculative_tokens, target_token_ids, target_positions,
+            drafts: torch.Tensor = super().propose(num_speculative_tokens, target_token_ids, target_positions,
                                      target_hidden_states, next_token_ids, token_indices_to_sample,
                                      common_attn_metadata, sampling_metadata, mm_embed_inputs,
                                      num_rejected_tokens_gpu, slot_mappings)
@@ -221,7 +241,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):
         return drafts
 
     @contextlib.contextmanager
-    def _plain_loop(self):
+    def _plain_loop(self) -> Iterator[None]:
         """Run vLLM's loop as method ``eagle`` when the target layers were combined here already.
 
         For method ``eagle3`` vLLM's ``propose`` asserts that the model is one of its own

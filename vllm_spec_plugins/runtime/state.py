@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..api import Drafter, Source
 from ..errors import PluginContractError
 
+if TYPE_CHECKING:
+    from .inputs import Binding
+
 logger = logging.getLogger("vllm.spec_plugins")
 
 #: API-2 sources describing the step's scheduled tokens (filled by :func:`fill_token_source`).
 TOKEN_SOURCES = (Source.TOKEN_IDS_ALL, Source.NUM_SCHEDULED_TOKENS, Source.NUM_REJECTED)
 
+#: One carried state as the pool keeps it: name, shape, dtype, initial value (a number, or a tensor once
+#: :meth:`StatePool.set_init` read it from the model), ``on_preempt`` policy.
+StateRow = tuple[str, tuple[int, ...], torch.dtype, float | torch.Tensor, str]
 
-def sees_tokens(bindings: list) -> bool:
+
+def sees_tokens(bindings: list[Binding]) -> bool:
     """A state-carry hook reading the scheduled tokens is applied to every row, partial prefills included."""
     return any(b.source in TOKEN_SOURCES for b in bindings)
 
@@ -34,7 +41,7 @@ def fill_token_source(key: Source, buf: torch.Tensor, step: dict[str, Any], B: i
         buf[:B].zero_()
 
 
-def _init_value(init: float | torch.Tensor, rows: int, shape: tuple, dtype: torch.dtype,
+def _init_value(init: float | torch.Tensor, rows: int, shape: tuple[int, ...], dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
     if isinstance(init, torch.Tensor):
         return init.to(device=device, dtype=dtype).expand(rows, *shape).clone()
@@ -55,7 +62,9 @@ def resolve_inits(pool: StatePool, model: Any, attrs: dict[str, str], d: Drafter
                 f"{d.model_class}.{attr}, which is {type(value).__name__}; expected a tensor (parameter or buffer) "
                 f"or a method returning one", plugin_name=d.name, dist=d.display_dist)
         try:  # the value must broadcast *to* the state's shape (not merely with it)
-            if len(value.shape) > len(shape) or torch.broadcast_shapes(tuple(value.shape), tuple(shape)) != tuple(shape):
+            # (torch.broadcast_shapes has no annotations: the ignore below is for that alone)
+            if len(value.shape) > len(shape) or torch.broadcast_shapes(  # type: ignore[no-untyped-call]
+                    tuple(value.shape), tuple(shape)) != tuple(shape):
                 raise RuntimeError
         except RuntimeError:
             raise PluginContractError(
@@ -75,8 +84,7 @@ class StatePool:
     slot) and grows, outside any graph, only if more requests are alive at once.
     """
 
-    def __init__(self, specs: list[tuple[str, tuple[int, ...], torch.dtype, float, str]], capacity: int,
-                 device: torch.device) -> None:
+    def __init__(self, specs: list[StateRow], capacity: int, device: torch.device) -> None:
         self.specs = specs
         self.device = device
         self.capacity = capacity

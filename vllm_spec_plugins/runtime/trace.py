@@ -22,7 +22,8 @@ def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
 
 
-def build_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> dict[str, Any]:
+def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of one drafting step of plugin proposer ``p`` (``B`` requests, ``T`` scheduled tokens)."""
     step = p._step
     d = p.drafter
@@ -61,7 +62,7 @@ def _padded(sampled: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
-def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None = None) -> str:
+def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None) -> str:
     record = build_record(p, B, T, drafts, extra)
     p._trace_hook = None
     os.makedirs(p._trace_dir, exist_ok=True)
@@ -71,7 +72,7 @@ def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict | None
     return path
 
 
-def load_trace(trace_dir: str | os.PathLike, rank: int | None = 0) -> list[dict[str, Any]]:
+def load_trace(trace_dir: str | os.PathLike[str], rank: int | None = 0) -> list[dict[str, Any]]:
     """Every record under ``trace_dir`` (of ``rank``; ``None``: all ranks) in file order (process, then
     step), loaded with ``weights_only=True``."""
     import glob

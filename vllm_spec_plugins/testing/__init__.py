@@ -6,9 +6,10 @@
 * :mod:`.conformance`: ``ConformanceSuite``, the tests every plugin should pass, on real engines.
 """
 
+from typing import Any
 
 
-def __getattr__(name):  # lazy: `python -m vllm_spec_plugins.testing.engine` must not import itself twice
+def __getattr__(name: str) -> Any:  # lazy: `python -m vllm_spec_plugins.testing.engine` must not import itself twice
     if name in ("EngineResult", "run_engine"):
         from . import engine
 

@@ -45,6 +45,7 @@ The tests carry the ``e2e`` mark (engines start in 20-40 s on a CPU).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +83,12 @@ def _tiny_target() -> Path:
 
     if "target" not in _SHARED:
         _SHARED["target"] = make_tiny_target(Path(tempfile.mkdtemp(prefix="vsp-conformance-")) / "target")
-    return _SHARED["target"]
+    target: Path = _SHARED["target"]
+    return target
 
 
-def _baseline(target: Path, prompts: list, max_tokens: int, timeout: float = 1200, runner: str | None = None) -> Any:
+def _baseline(target: Path, prompts: list[list[int]], max_tokens: int, timeout: float = 1200,
+              runner: str | None = None) -> Any:
     from .engine import run_engine
 
     key = (str(target), repr(prompts), max_tokens, runner)
@@ -94,7 +97,7 @@ def _baseline(target: Path, prompts: list, max_tokens: int, timeout: float = 120
     return _SHARED[key]
 
 
-def replay_tokens(records: list[dict]) -> list[dict[str, list[int]]]:
+def replay_tokens(records: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
     """For every traced step: each row's request (base id) -> all tokens it generated up to and
     including that step (from ``sampled_token_ids`` and ``valid_count``)."""
     from ..runtime.trace import base_request_id
@@ -151,17 +154,17 @@ class ConformanceSuite:
     def make_draft(self, path: Path, target: Path) -> Path:
         raise NotImplementedError("ConformanceSuite: implement make_draft(self, path, target) -> checkpoint folder")
 
-    reference = None
+    reference: Callable[..., Any] | None = None
     """Optional method ``reference(self, record, draft, target) -> draft token ids [num_reqs, k]``."""
 
-    replay_state = None
+    replay_state: Callable[..., Any] | None = None
     """Optional method ``replay_state(self, prompt, generated, draft) -> {state name: tensor [*shape]}``."""
 
     # -- engines --------------------------------------------------------------------------
 
     @pytest.fixture(scope="class")
     @classmethod
-    def vsp_run(cls, tmp_path_factory):
+    def vsp_run(cls, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         from ..runtime.trace import load_trace
         from .engine import run_engine
 
@@ -187,7 +190,7 @@ class ConformanceSuite:
 
     # -- the suite ------------------------------------------------------------------------
 
-    def test_greedy_output_equals_no_speculation(self, vsp_run):
+    def test_greedy_output_equals_no_speculation(self, vsp_run: dict[str, Any]) -> None:
         r, base = vsp_run["result"], vsp_run["baseline"]
         expect = {str(i) for i in range(len(PROMPTS))} - ABORTED
         assert set(r.finished) == expect, f"finished requests {sorted(r.finished)}, expected {sorted(expect)}"
@@ -195,19 +198,19 @@ class ConformanceSuite:
             assert r.finished[i] == base.outputs[int(i)], (
                 f"request {i}: greedy output with drafts differs from the output without speculation")
 
-    def test_no_drafter_error(self, vsp_run):
+    def test_no_drafter_error(self, vsp_run: dict[str, Any]) -> None:
         """The core logged no drafter failure (with ``strict = False`` a failure turns speculation off and the
         output still matches: this test is what catches it)."""
         lines = [ln for ln in vsp_run["result"].log.splitlines() if "Speculative decoding is now OFF" in ln]
         assert not lines, "the core turned speculation off after a drafter failure:\n" + "\n".join(lines)
 
-    def test_drafts_accepted(self, vsp_run):
+    def test_drafts_accepted(self, vsp_run: dict[str, Any]) -> None:
         m = vsp_run["result"].metrics
         assert m.get("drafts", 0) > 0, f"no drafting steps recorded: {m}"
         assert m.get("accepted", 0) > 0, f"drafts were proposed but none was accepted: {m}"
         assert vsp_run["records"], "the trace is empty: the plugin drafter never ran"
 
-    def test_preemption_and_aborts(self, vsp_run):
+    def test_preemption_and_aborts(self, vsp_run: dict[str, Any]) -> None:
         r, records = vsp_run["result"], vsp_run["records"]
         assert r.metrics.get("preemptions", 0) > 0, "the engine was expected to preempt requests"
         assert not ABORTED & set(r.finished)
@@ -218,7 +221,7 @@ class ConformanceSuite:
                 f"request(s): finished or aborted requests must free their state")
             assert max(rec["live_state_slots"] for rec in records) <= 2 * SMALL_CACHE["max_num_seqs"]
 
-    def test_drafts_equal_reference(self, vsp_run):
+    def test_drafts_equal_reference(self, vsp_run: dict[str, Any]) -> None:
         if self.reference is None:
             pytest.skip("no reference(record, draft, target) defined")
         compared = 0
@@ -232,7 +235,7 @@ class ConformanceSuite:
             compared += got.shape[0]
         assert compared > 0
 
-    def test_state_equals_replay(self, vsp_run):
+    def test_state_equals_replay(self, vsp_run: dict[str, Any]) -> None:
         if self.replay_state is None:
             pytest.skip("no replay_state(prompt, generated, draft) defined")
         from ..runtime.trace import base_request_id
@@ -258,7 +261,7 @@ class ConformanceSuite:
                 checked += 1
         assert checked > 0
 
-    def test_tensor_parallel_2(self, vsp_run):
+    def test_tensor_parallel_2(self, vsp_run: dict[str, Any]) -> None:
         if not self.tensor_parallel:
             pytest.skip("tensor_parallel = False")
         from .engine import run_engine

@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ class EngineResult:
         return [int(x) for x in self.metrics.get("accepted_per_pos", [])]
 
 
-def default_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def default_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
@@ -57,9 +58,11 @@ def default_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_engine(model: str, *, speculative_config: dict | None = None, prompts: list[list[int]] | None = None,
-               text_prompts: list[str] | None = None, max_tokens: int | list[int] = 32, env: dict[str, str | None] | None = None,
-               tensor_parallel_size: int = 1, llm_kwargs: dict | None = None, schedule: list[dict] | None = None,
+def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, Any] | None = None,
+               prompts: list[list[int]] | None = None, text_prompts: list[str] | None = None,
+               max_tokens: int | list[int] = 32, env: Mapping[str, str | None] | None = None,
+               tensor_parallel_size: int = 1, llm_kwargs: dict[str, Any] | None = None,
+               schedule: list[dict[str, Any]] | None = None,
                python: str | None = None, timeout: float = 600, check: bool = True,
                runner: str | None = None) -> EngineResult:
     """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.

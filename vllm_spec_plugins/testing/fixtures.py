@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 VOCAB = 259
 HIDDEN = 128
@@ -32,7 +37,7 @@ def _tokenizer(path: Path) -> None:
     fast.save_pretrained(path)
 
 
-def _write_checkpoint(path: Path, cfg: dict, sd: dict, weights_file: str) -> Path:
+def _write_checkpoint(path: Path, cfg: dict[str, Any], sd: dict[str, torch.Tensor], weights_file: str) -> Path:
     """``config.json`` and the weights (``.safetensors`` by name, else ``torch.save``) into ``path``."""
     import torch
 
@@ -47,7 +52,7 @@ def _write_checkpoint(path: Path, cfg: dict, sd: dict, weights_file: str) -> Pat
     return path
 
 
-def make_tiny_target(path: str | os.PathLike, seed: int = 0) -> Path:
+def make_tiny_target(path: str | os.PathLike[str], seed: int = 0) -> Path:
     """A random tiny Llama target with a byte tokenizer (about 1 MB). Idempotent."""
     path = Path(path)
     if (path / "config.json").exists() and (path / "model.safetensors").exists():
@@ -70,22 +75,24 @@ def make_tiny_target(path: str | os.PathLike, seed: int = 0) -> Path:
     return path
 
 
-def target_lm_head(target: str | os.PathLike):
+def target_lm_head(target: str | os.PathLike[str]) -> torch.Tensor:
     """The tiny target's ``lm_head.weight`` ``[vocab, hidden]`` (for plain-torch references)."""
     from safetensors.torch import load_file
 
-    return load_file(str(Path(target) / "model.safetensors"))["lm_head.weight"]
+    weights: dict[str, torch.Tensor] = load_file(str(Path(target) / "model.safetensors"))
+    return weights["lm_head.weight"]
 
 
-def target_embeddings(target: str | os.PathLike):
+def target_embeddings(target: str | os.PathLike[str]) -> torch.Tensor:
     """The tiny target's token embeddings ``model.embed_tokens.weight`` ``[vocab, hidden]`` (for references of
     drafters that embed tokens with the target's table)."""
     from safetensors.torch import load_file
 
-    return load_file(str(Path(target) / "model.safetensors"))["model.embed_tokens.weight"]
+    weights: dict[str, torch.Tensor] = load_file(str(Path(target) / "model.safetensors"))
+    return weights["model.embed_tokens.weight"]
 
 
-def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_heads: int = 3,
+def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str], *, num_heads: int = 3,
                      num_layers: int = 1, biases: bool = False, layout: str = "new", seed: int = 1,
                      noise: float = 0.02, fmt: str = "safetensors", original_lm_head: bool = False,
                      include_lm_head: bool = True, truncate_vocab: int | None = None) -> Path:
@@ -152,7 +159,7 @@ def make_tiny_medusa(path: str | os.PathLike, target: str | os.PathLike, *, num_
     return _write_checkpoint(path, cfg, sd, files.get(fmt, "pytorch_model.bin"))
 
 
-def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_layers: int = 1,
+def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str], *, num_layers: int = 1,
                     fc_bias: bool = False, noise: float = 0.05, seed: int = 2, own_embed: bool = True,
                     own_lm_head: bool = False, fmt: str = "safetensors") -> Path:
     """An EAGLE-1 checkpoint (EAGLE authors' layout) for the tiny target.
@@ -170,7 +177,7 @@ def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_l
     g = torch.Generator().manual_seed(seed)
     H, inter = HIDDEN, 256
 
-    def rnd(*shape):
+    def rnd(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * noise
 
     sd = {"fc.weight": torch.cat([torch.eye(H), rnd(H, H) * 0.2], dim=1)}
@@ -199,7 +206,7 @@ def make_tiny_eagle(path: str | os.PathLike, target: str | os.PathLike, *, num_l
     return _write_checkpoint(path, cfg, sd, "model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
 
 
-def target_frequent_tokens(target: str | os.PathLike, *, num_prompts: int = 64, prompt_len: int = 8,
+def target_frequent_tokens(target: str | os.PathLike[str], *, num_prompts: int = 64, prompt_len: int = 8,
                            new_tokens: int = 64, seed: int = 3) -> list[int]:
     """Token ids of the tiny target, most often produced first: greedy continuations of random prompts.
 
@@ -220,8 +227,8 @@ def target_frequent_tokens(target: str | os.PathLike, *, num_prompts: int = 64, 
     return sorted(range(VOCAB), key=lambda t: (-int(counts[t]), t))
 
 
-def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draft_vocab: int | None = 200,
-                     aux_layer_ids: list[int] | None = (0, 1, 2), num_layers: int = 1, layout: str = "midlayer",
+def make_tiny_eagle3(path: str | os.PathLike[str], target: str | os.PathLike[str], *, draft_vocab: int | None = 200,
+                     aux_layer_ids: Sequence[int] | None = (0, 1, 2), num_layers: int = 1, layout: str = "midlayer",
                      fc_scale: float = 0.08, noise: float = 0.02, seed: int = 4, own_embed: bool = True,
                      keep: list[int] | None = None, lm_head: str = "own") -> Path:
     """An EAGLE-3 checkpoint (SafeAILab layout) for the tiny target; keep "eagle3" in the folder name.
@@ -254,7 +261,7 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
     H, inter, heads, head_dim = HIDDEN, 256, 4, 32
     n_aux = len(aux_layer_ids) if aux_layer_ids else 3
 
-    def rnd(*shape, scale=noise):
+    def rnd(*shape: int, scale: float = noise) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * scale
 
     embed = lm / lm.norm(dim=1, keepdim=True) * 8
@@ -306,7 +313,7 @@ def make_tiny_eagle3(path: str | os.PathLike, target: str | os.PathLike, *, draf
     return _write_checkpoint(path, cfg, sd, "model.safetensors")
 
 
-def make_tiny_mlp_speculator(path: str | os.PathLike, target: str | os.PathLike, *, n_predict: int = 3,
+def make_tiny_mlp_speculator(path: str | os.PathLike[str], target: str | os.PathLike[str], *, n_predict: int = 3,
                              tie_weights: bool = False, scale_input: bool = False, prefix: str = "",
                              tied_keys: str = "once", inner_dim: int = 0, proj_scale: float = 10.0,
                              seed: int = 5, fmt: str = "safetensors") -> Path:
@@ -339,7 +346,7 @@ def make_tiny_mlp_speculator(path: str | os.PathLike, target: str | os.PathLike,
     inner = inner_dim or HIDDEN
     distinct = 1 if tie_weights else n_predict
 
-    def rms_rows(x):
+    def rms_rows(x: torch.Tensor) -> torch.Tensor:
         return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt()
 
     embs, heads = [], []

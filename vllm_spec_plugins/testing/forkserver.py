@@ -87,7 +87,11 @@ def enabled() -> bool:
     return os.environ.get("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def import_key(python: str, env: dict[str, str]) -> tuple:
+#: The interpreter and the variables read at import (see :func:`import_key`).
+ImportKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def import_key(python: str, env: dict[str, str]) -> ImportKey:
     """What a server must share with a job: the interpreter and the variables read at import."""
     kept = sorted((k, v) for k, v in env.items()
                   if k not in READ_AFTER_IMPORT and not k.startswith(READ_AFTER_IMPORT_PREFIXES))
@@ -95,7 +99,7 @@ def import_key(python: str, env: dict[str, str]) -> tuple:
 
 
 class _Server:
-    def __init__(self, python: str, env: dict[str, str]):
+    def __init__(self, python: str, env: dict[str, str]) -> None:
         self.import_log = tempfile.NamedTemporaryFile(prefix="vsp-forkserver-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([python, "-c", _SERVER_CODE], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.import_log, cwd=tempfile.gettempdir())
@@ -105,6 +109,7 @@ class _Server:
 
     def _message(self, deadline: float | None) -> dict[str, Any] | None:
         """The next protocol line, or None at the deadline or if the server is gone."""
+        assert self.proc.stdout is not None  # Popen(stdout=PIPE)
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -116,7 +121,8 @@ class _Server:
                 return None
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        msg: dict[str, Any] = json.loads(line)  # the server writes one JSON object per line
+        return msg
 
     def ready(self, timeout: float) -> bool:
         msg = self._message(time.monotonic() + timeout)
@@ -147,6 +153,7 @@ class _Server:
         Raises ``subprocess.TimeoutExpired`` after killing the job's process group at the timeout.
         """
         job = {"module": module, "argv": argv, "env": env, "cwd": cwd, "log": log_path}
+        assert self.proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
@@ -169,6 +176,7 @@ class _Server:
         return int(done["rc"])
 
     def close(self) -> None:
+        assert self.proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=10)
@@ -180,7 +188,7 @@ class _Server:
             pass
 
 
-_servers: dict[tuple, _Server] = {}
+_servers: dict[ImportKey, _Server] = {}
 
 
 def _server_for(python: str, env: dict[str, str]) -> _Server | None:

@@ -152,7 +152,7 @@ class DrafterHarness:
         if p.update_bindings:
             hook = getattr(p.model, self.drafter.update_state)
 
-            def spy(**kw):
+            def spy(**kw: torch.Tensor) -> Any:
                 hook_inputs.update({n: v.clone() for n, v in kw.items()})
                 return hook(**kw)
 

@@ -5,6 +5,13 @@ here means a plugin author's suite gets no "Unknown pytest.mark.e2e" warning, wh
 runs from and whatever the author's own pytest configuration says.
 """
 
+from __future__ import annotations
 
-def pytest_configure(config):
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: starts real vLLM engines (slow)")
