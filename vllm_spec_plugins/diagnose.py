@@ -56,7 +56,7 @@ class Report:
     def ok(self) -> bool:
         return not any(i.status == FAIL for i in self.items)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "ok": self.ok, **self.facts,
                 "items": [{"check": i.check, "status": i.status, "detail": i.detail} for i in self.items]}
 
@@ -76,7 +76,7 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _fmt_shape(shape: tuple) -> str:
+def _fmt_shape(shape: tuple[Any, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
@@ -85,7 +85,7 @@ def _fmt_shape(shape: tuple) -> str:
 # ---------------------------------------------------------------------------
 
 
-def select_for(host: Any, checkpoint: str, cfg: dict, method: str | None) -> tuple[Drafter | None, str, str | None]:
+def select_for(host: Any, checkpoint: str, cfg: dict[str, Any], method: str | None) -> tuple[Drafter | None, str, str | None]:
     """The drafter an engine would pick for ``checkpoint``, a sentence saying why, and vLLM's method.
 
     Mirrors the config patch: a plugin alias (``method``) picks that plugin's route;
@@ -320,7 +320,7 @@ def _check_trial(rep: Report, d: Drafter, target: str, checkpoint: str, k: int, 
                                  "draft ids within the target's vocabulary) passed")
 
 
-def _filled(cfg: dict, hf: Any) -> str:
+def _filled(cfg: dict[str, Any], hf: Any) -> str:
     filled = [k for k in ("hidden_size", "vocab_size") if cfg.get(k) is None and getattr(hf, k, None) is not None]
     return f"; {' and '.join(filled)} filled from the target" if filled else ""
 
@@ -339,7 +339,7 @@ def _cfg_object(d: Drafter, checkpoint: str, raise_errors: bool = False) -> Any:
         return None
 
 
-def _check_bindings(rep: Report, d: Drafter, cls: type, hf: Any, hidden: int | None, k: int) -> None:
+def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: int | None, k: int) -> None:
     """Every forward / state-carry hook parameter provided; declared shapes resolve (and match the source)."""
     from .checkpoint import resolve_shape
     from .errors import PluginContractError
@@ -348,9 +348,9 @@ def _check_bindings(rep: Report, d: Drafter, cls: type, hf: Any, hidden: int | N
     loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
     aux = getattr(hf, d.aux_layer_ids, None) if (hf is not None and d.aux_layer_ids) else None
     shapes = hf is not None and hidden is not None
-    common = dict(hf_config=hf if shapes else None, hidden_size=hidden or 0, num_aux=len(aux or ()),
-                  num_spec_tokens=k)
-    hooks = [("forward", cls.forward, dict(state_params=True, loop_inputs=loop_inputs))]
+    common: dict[str, Any] = dict(hf_config=hf if shapes else None, hidden_size=hidden or 0,
+                                  num_aux=len(aux or ()), num_spec_tokens=k)
+    hooks: list[tuple[str, Any, dict[str, Any]]] = [("forward", cls.forward, dict(state_params=True, loop_inputs=loop_inputs))]
     if d.state:
         from .runtime.core import state_hook
 
@@ -627,8 +627,8 @@ def _drafter_problems(d: Drafter) -> list[str]:
     except Exception as e:  # noqa: BLE001
         return out + [f"{arch}: model class {d.model_class} fails to import: {_err(e)}"]
     loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
-    common = dict(hf_config=None, hidden_size=0, num_aux=0, num_spec_tokens=0)
-    fns = [("forward", getattr(cls, "forward", None), dict(loop_inputs=loop_inputs))]
+    common: dict[str, Any] = dict(hf_config=None, hidden_size=0, num_aux=0, num_spec_tokens=0)
+    fns: list[tuple[str, Any, dict[str, Any]]] = [("forward", getattr(cls, "forward", None), dict(loop_inputs=loop_inputs))]
     if d.state:
         fns.append((d.update_state, getattr(cls, d.update_state, None), {}))
     for label, fn, kw in fns:

@@ -249,7 +249,7 @@ def route_request(host: PluginHost, cfg: Any, model: str | None, method: str | N
     return cfg, alias
 
 
-def _stamp_of(host: PluginHost, local: dict, model: str | None) -> str | None:
+def _stamp_of(host: PluginHost, local: dict[str, Any], model: str | None) -> str | None:
     """The plugin a checkpoint's ``vllm_spec_plugin`` stamp names, if any (raises when it is not available)."""
     stamp = local.get(CONFIG_STAMP)
     if stamp is None:
@@ -269,7 +269,7 @@ def _stamp_of(host: PluginHost, local: dict, model: str | None) -> str | None:
     raise unknown_method_error(host, stamp, f"'{model}/config.json' key {CONFIG_STAMP!r}")
 
 
-def _check_stamp_claim(host: PluginHost, stamp: str, model: str | None, local: dict) -> None:
+def _check_stamp_claim(host: PluginHost, stamp: str, model: str | None, local: dict[str, Any]) -> None:
     """The stamped plugin must serve this kind of checkpoint; said about the key, not about a "method" the user
     never passed."""
     archs = list(local.get("architectures") or [])
@@ -289,7 +289,7 @@ def _check_stamp_claim(host: PluginHost, stamp: str, model: str | None, local: d
         plugin_name=stamp, dist=host.plugins[stamp].dist_label)
 
 
-def _check_speculators_claim(host: PluginHost, model: str | None, local: dict) -> None:
+def _check_speculators_claim(host: PluginHost, model: str | None, local: dict[str, Any]) -> None:
     """A ``speculators_model_type`` (EAGLE family) on a checkpoint a heads plugin claims: the two keys disagree.
     Without this, vLLM's EAGLE route fails with its list of every architecture it knows."""
     archs = list(local.get("architectures") or [])
@@ -307,7 +307,7 @@ def _check_speculators_claim(host: PluginHost, model: str | None, local: dict) -
             plugin_name=d.name, dist=d.display_dist)
 
 
-def _unmarked_eagle(host: PluginHost, model: str | None, local: dict) -> None:
+def _unmarked_eagle(host: PluginHost, model: str | None, local: dict[str, Any]) -> None:
     """Refuse an EAGLE-layout draft (``fc.weight``) that nothing marks as one; say exactly what to add.
 
     EAGLE authors' configs say ``LlamaForCausalLM``: without ``"method"`` (or vLLM's ``eagle-``

@@ -48,7 +48,7 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable[..., Any]], Cal
     return True
 
 
-def rebind_global(module: Any, name: str, make: Callable[[Callable], Callable]) -> bool:
+def rebind_global(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
     """Replace the module global ``module.name`` (a function other code looks up at call time) by
     ``make(original)``, once; marked and recorded as :func:`wrap_method` does. Returns whether it did."""
     original = getattr(module, name)

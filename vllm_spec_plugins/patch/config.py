@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..checkpoint import ARCH_ATTR, DIST_ATTR
@@ -31,9 +32,12 @@ from ._util import when_imported, wrap_method
 logger = logging.getLogger("vllm.spec_plugins")
 
 
-def make_create_speculative_config(host: PluginHost, supported: bool):
-    def wrap(original):
-        def create_speculative_config(self, target_model_config, target_parallel_config):
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def make_create_speculative_config(host: PluginHost, supported: bool) -> Wrap:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def create_speculative_config(self: Any, target_model_config: Any, target_parallel_config: Any) -> Any:
             cfg = self.speculative_config
             cfg = dict(cfg) if isinstance(cfg, dict) else cfg
             model = (cfg.get("model") if isinstance(cfg, dict) else None) or getattr(self, "spec_model", None)
@@ -70,7 +74,7 @@ def make_create_speculative_config(host: PluginHost, supported: bool):
 
 
 @contextlib.contextmanager
-def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
+def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any) -> Iterator[None]:
     """While vLLM builds the draft ModelConfig: fill unset sizes of a plugin draft's config from the target.
 
     vLLM reads ``hidden_size``/``vocab_size`` of the draft config right after loading it
@@ -85,7 +89,7 @@ def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
         return
     original = model_mod.get_config
 
-    def get_config(*args, **kwargs):
+    def get_config(*args: Any, **kwargs: Any) -> Any:
         hf = original(*args, **kwargs)
         path = args[0] if args else kwargs.get("model")
         revision = args[2] if len(args) > 2 else kwargs.get("revision")
@@ -102,8 +106,8 @@ def _filling_sizes(host: PluginHost, alias: str | None, tmc: Any):
         model_mod.get_config = original
 
 
-def _unsupported_features_wrap(original):
-    def _get_v2_model_runner_unsupported_features(self):
+def _unsupported_features_wrap(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    def _get_v2_model_runner_unsupported_features(self: Any) -> list[str]:
         out = original(self)
         reason = mrv2_refusal(self.speculative_config, self.parallel_config)
         if reason:
@@ -113,8 +117,8 @@ def _unsupported_features_wrap(original):
     return _get_v2_model_runner_unsupported_features
 
 
-def _compute_hash_wrap(original):
-    def compute_hash(self):
+def _compute_hash_wrap(original: Callable[..., str]) -> Callable[..., str]:
+    def compute_hash(self: Any) -> str:
         base = original(self)
         name = plugin_of(self)
         if not name:
@@ -129,11 +133,17 @@ def _compute_hash_wrap(original):
 
 def apply(host: PluginHost, supported: bool) -> None:
     """Install the config-phase patches (lazily, when vLLM imports each module)."""
-    when_imported("vllm.engine.arg_utils", lambda m: wrap_method(
-        m.EngineArgs, "create_speculative_config", make_create_speculative_config(host, supported)))
+    def engine_args(m: Any) -> None:
+        wrap_method(m.EngineArgs, "create_speculative_config", make_create_speculative_config(host, supported))
+
+    def vllm_config(m: Any) -> None:
+        wrap_method(m.VllmConfig, "_get_v2_model_runner_unsupported_features", _unsupported_features_wrap)
+
+    def speculative(m: Any) -> None:
+        wrap_method(m.SpeculativeConfig, "compute_hash", _compute_hash_wrap)
+
+    when_imported("vllm.engine.arg_utils", engine_args)
     if not supported:
         return
-    when_imported("vllm.config.vllm", lambda m: wrap_method(
-        m.VllmConfig, "_get_v2_model_runner_unsupported_features", _unsupported_features_wrap))
-    when_imported("vllm.config.speculative", lambda m: wrap_method(
-        m.SpeculativeConfig, "compute_hash", _compute_hash_wrap))
+    when_imported("vllm.config.vllm", vllm_config)
+    when_imported("vllm.config.speculative", speculative)
