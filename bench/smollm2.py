@@ -41,6 +41,17 @@ def ensure_smollm2(out: Path = MODEL_DIR, force: bool = False) -> Path:
     """Return the HF folder of SmolLM2-135M-Instruct (float32), converting the GGUF on first use."""
     if (out / _DONE).is_file() and not force:
         return out
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test workers (or make targets) converting at once
+        if (out / _DONE).is_file() and not force:
+            return out
+        return _convert(out)
+
+
+def _convert(out: Path) -> Path:
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer

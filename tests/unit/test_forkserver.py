@@ -20,6 +20,15 @@ PROBE = textwrap.dedent("""
     print("PROBE " + json.dumps(out))
     if os.environ.get("VLLM_SPEC_PLUGINS_PROBE") == "sleep":
         import time; time.sleep(60)
+    if os.environ.get("VLLM_SPEC_PLUGINS_PROBE") == "wait":  # until the other job of the pair has started
+        import time
+        open(os.environ["VLLM_SPEC_PLUGINS_PROBE_MINE"], "w").close()
+        for _ in range(600):
+            if os.path.exists(os.environ["VLLM_SPEC_PLUGINS_PROBE_OTHER"]):
+                break
+            time.sleep(0.1)
+        else:
+            sys.exit(9)
     sys.exit(int(os.environ.get("VLLM_SPEC_PLUGINS_PROBE_RC", "0")))
 """)
 
@@ -77,4 +86,31 @@ def test_turned_off_every_job_is_a_plain_process(tmp_path, monkeypatch):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), VLLM_SPEC_PLUGINS_PROBE="x")
     forkserver._close_all()
     rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [], env, 60)
-    assert rc == 0 and not _probe(log)["vllm_loaded"] and forkserver._servers == {}
+    assert rc == 0 and not _probe(log)["vllm_loaded"] and forkserver._servers == []
+
+
+def test_jobs_from_two_threads_run_at_the_same_time_on_two_servers(tmp_path, monkeypatch):
+    """Each job waits until the other has started: run one after the other, the first would exit 9."""
+    import threading
+
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "1")
+    (tmp_path / "vsp_probe_job.py").write_text(PROBE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+               VLLM_SPEC_PLUGINS_PROBE="wait")
+    forkserver._close_all()
+    out: dict[str, tuple[int, str]] = {}
+
+    def job(me: str, other: str) -> None:
+        out[me] = forkserver.run_module(sys.executable, "vsp_probe_job", [], {
+            **env, "VLLM_SPEC_PLUGINS_PROBE_MINE": str(tmp_path / me),
+            "VLLM_SPEC_PLUGINS_PROBE_OTHER": str(tmp_path / other)}, 300)
+
+    threads = [threading.Thread(target=job, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out["a"][0] == 0 and out["b"][0] == 0, out
+    assert all(_probe(log)["vllm_loaded"] for _, log in out.values()), "a job ran outside a server"
+    assert len(forkserver._servers) == 2 and not forkserver._busy
+    forkserver._close_all()

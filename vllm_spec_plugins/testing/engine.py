@@ -50,6 +50,11 @@ def default_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    # One OpenMP thread per engine process: vLLM serves with one torch thread anyway, but an OpenMP pool of
+    # one thread per core still spins on every core, so two test engines started at once took as long as
+    # two in a row on 2 cores (8.4 s instead of 15.6 s for the pair with it, measured side by side). TP=2
+    # workers are bound to a core each (VLLM_CPU_OMP_THREADS_BIND).
+    env.setdefault("OMP_NUM_THREADS", "1")
     for k, v in (extra or {}).items():
         if v is None:
             env.pop(k, None)

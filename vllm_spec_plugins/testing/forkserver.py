@@ -25,6 +25,7 @@ import select
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -188,32 +189,61 @@ class _Server:
             pass
 
 
-_servers: dict[ImportKey, _Server] = {}
+#: Idle and busy servers, least recently used first. A server runs one job at a time: jobs run at the same
+#: time (threads) get servers of their own, up to :data:`MAX_SERVERS`, then plain subprocesses.
+_servers: list[tuple[ImportKey, _Server]] = []
+_busy: set[int] = set()
+_lock = threading.Lock()
 
 
 def _server_for(python: str, env: dict[str, str]) -> _Server | None:
+    """An idle server for the job (marked busy: :func:`_release` it), a new one, or None."""
     key = import_key(python, env)
-    server = _servers.get(key)
-    if server is not None and server.alive() and server.serves(env):
-        _servers[key] = _servers.pop(key)  # most recently used last
-        return server
-    if server is not None:
-        _servers.pop(key).close()
-    while len(_servers) >= MAX_SERVERS:
-        _servers.pop(next(iter(_servers))).close()
-    server = _Server(python, env)
+    with _lock:
+        for i, (k, server) in enumerate(_servers):
+            if k != key or id(server) in _busy:
+                continue
+            if server.alive() and server.serves(env):
+                _servers.append(_servers.pop(i))  # most recently used last
+                _busy.add(id(server))
+                return server
+        for k, server in list(_servers):  # gone, or importing from entries the job lacks
+            if k == key and id(server) not in _busy:
+                _servers.remove((k, server))
+                server.close()
+        while len(_servers) >= MAX_SERVERS:
+            idle = next((e for e in _servers if id(e[1]) not in _busy), None)
+            if idle is None:
+                return None  # every server is busy: a plain subprocess
+            _servers.remove(idle)
+            idle[1].close()
+        server = _Server(python, env)
+        _servers.append((key, server))
+        _busy.add(id(server))
     if not server.ready(timeout=300):
-        server.close()
+        _drop(server)
         return None
-    _servers[key] = server
     return server
+
+
+def _release(server: _Server) -> None:
+    with _lock:
+        _busy.discard(id(server))
+
+
+def _drop(server: _Server) -> None:
+    with _lock:
+        _busy.discard(id(server))
+        _servers[:] = [e for e in _servers if e[1] is not server]
+    server.close()
 
 
 def run_module(python: str, module: str, argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
     """``python -m module *argv`` with ``env``: (exit code, stdout and stderr together).
 
-    Through a fork server when :func:`enabled`, else (or when a server breaks down) as a
-    plain subprocess. Raises ``subprocess.TimeoutExpired`` at the timeout.
+    Through a fork server when :func:`enabled`, else (or when a server breaks down, or all are busy) as
+    a plain subprocess. Raises ``subprocess.TimeoutExpired`` at the timeout. Thread-safe: jobs started
+    from several threads run at the same time.
     """
     if enabled():
         server = _server_for(python, env)
@@ -224,16 +254,24 @@ def run_module(python: str, module: str, argv: list[str], env: dict[str, str], t
                 rc = server.run(module, [module, *argv], env, os.getcwd(), log_path, timeout)
                 if rc is not None:
                     with open(log_path, errors="replace") as f:
-                        return rc, server.import_text() + f.read()
+                        out = rc, server.import_text() + f.read()
+                    _release(server)
+                    return out
+            except BaseException:
+                _release(server)
+                raise
             finally:
                 os.unlink(log_path)
-            _servers.pop(import_key(python, env), None)
-            server.close()
+            _drop(server)
     proc = subprocess.run([python, "-m", module, *argv], env=env, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
 
 
 @atexit.register
 def _close_all() -> None:
-    while _servers:
-        _servers.popitem()[1].close()
+    with _lock:
+        servers = [e[1] for e in _servers]
+        _servers.clear()
+        _busy.clear()
+    for server in servers:
+        server.close()
