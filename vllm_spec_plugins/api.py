@@ -220,10 +220,10 @@ class Drafter:
     asking for more is an error."""
     position_free: bool = True
     """The drafter does not embed positions: its max_model_len is raised to the target's."""
-    name: str = ""
-    """Filled by the host: the plugin name (entry-point name) that registered it."""
-    dist: str = ""
-    """Filled by the host: ``distribution version`` of the plugin."""
+    plugin: str = ""
+    """Filled by the host: the name (entry-point name) of the plugin that registered it."""
+    dist_label: str = ""
+    """Filled by the host: ``distribution version`` of that plugin (as ``PluginInfo.dist_label``)."""
     api: int = 0
     """Filled by the host: the ``VLLM_SPEC_API`` the plugin declares (``0``: registered outside a host)."""
 
@@ -260,12 +260,23 @@ class Drafter:
         """This drafter as errors and log lines name it (:func:`vllm_spec_plugins.errors.culprit`)."""
         from .errors import culprit
 
-        return culprit(self.name, self.display_dist, model_class=self.model_class if model_class else None,
+        return culprit(self.plugin, self.display_dist, model_class=self.model_class if model_class else None,
                        checkpoint=checkpoint)
 
     @property
     def display_dist(self) -> str:
-        return self.dist or "unknown distribution"
+        """:attr:`dist_label`, or ``"unknown distribution"`` for a drafter registered outside a host."""
+        return self.dist_label or "unknown distribution"
+
+    @property
+    def name(self) -> str:
+        """The API 1-2 spelling of :attr:`plugin` (kept for plugins and tools that read it)."""
+        return self.plugin
+
+    @property
+    def dist(self) -> str:
+        """The API 1-2 spelling of :attr:`dist_label` (kept for plugins and tools that read it)."""
+        return self.dist_label
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ def resolve_dim(drafter: Drafter, hf_config: Any, dim: int | str, what: str) -> 
     if not isinstance(value, int) or isinstance(value, bool):
         raise PluginContractError(
             f"vllm_spec_plugins: {drafter.culprit()} declares {what} {dim!r}, but the draft "
-            f"config has {dim}={value!r} (expected an int)", plugin_name=drafter.name, dist=drafter.display_dist)
+            f"config has {dim}={value!r} (expected an int)", plugin_name=drafter.plugin, dist=drafter.display_dist)
     return value
 
 

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for p in plugins:
                 row = plugin_dict(p)
-                row["shadows"] = [as_dict(s) for s in shadows if s.drafter.name == p.name]
+                row["shadows"] = [as_dict(s) for s in shadows if s.drafter.plugin == p.name]
                 rows.append(row)
             json.dump(rows, sys.stdout, indent=2)
             print()

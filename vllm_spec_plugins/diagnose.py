@@ -213,7 +213,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
                     f"and vLLM does not know {[a for a in archs if a not in known] or archs}. Installed plugins: "
                     f"{', '.join(sorted(host.plugins)) or 'none'} (see `vllm-spec-plugins list`).")
         return rep
-    rep.facts["served_by"] = {"plugin": d.name, "distribution": d.display_dist, "kind": d.kind,
+    rep.facts["served_by"] = {"plugin": d.plugin, "distribution": d.display_dist, "kind": d.kind,
                               "model_class": d.model_class, "route": "draft_model" if d.kind == "heads" else route}
     rep.add("select", OK, f"served by {d.culprit()}: {why}")
     if target:  # (it needs vLLM's Triton check, i.e. importing vLLM, which check without --target avoids)
@@ -261,7 +261,7 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
             return rep
         rep.add("model class", OK, f"{d.model_class} imports")
     except Exception as e:  # noqa: BLE001
-        rep.add("model class", FAIL, f"{d.model_class} (plugin {d.name!r}, {d.display_dist}) fails to import: "
+        rep.add("model class", FAIL, f"{d.model_class} (plugin {d.plugin!r}, {d.display_dist}) fails to import: "
                                      f"{_err(e)}\n{_tb_tail(e)}")
         return rep
     _check_bindings(rep, d, cls, hf, hidden if isinstance(hidden, int) else None, k)
@@ -381,7 +381,7 @@ def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: in
         resolved += [f"{e.name} {_fmt_shape(resolve_shape(d, hf, e.shape, f'extra input {e.name!r}'))}"
                      for e in d.extra_inputs if e.shape is not None and e.source is not Source.STATE]
         if d.aux_layer_ids and d.kind == "heads" and not aux:
-            raise PluginContractError(f"plugin {d.name!r} reads target layer ids from config key "
+            raise PluginContractError(f"plugin {d.plugin!r} reads target layer ids from config key "
                                       f"{d.aux_layer_ids!r}, which the config does not set")
         most = _max_tokens(d, hf)
         if d.max_speculative_tokens is not None and most is None:
@@ -605,9 +605,9 @@ def doctor(manifest: bool = True) -> Report:
     for d in host.drafters:
         both = [a for a in d.architectures if a in known]
         if both:
-            rep.add("overlap", INFO, f"plugin {d.name!r} claims {both}, which vLLM also serves itself; with the "
+            rep.add("overlap", INFO, f"plugin {d.plugin!r} claims {both}, which vLLM also serves itself; with the "
                                      f"plugin installed and allowed, the plugin serves them "
-                                     f"({ENV_ALLOW} without {d.name!r} gives them back to vLLM)")
+                                     f"({ENV_ALLOW} without {d.plugin!r} gives them back to vLLM)")
     return rep
 
 

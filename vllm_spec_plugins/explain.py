@@ -40,7 +40,7 @@ def path_route_error(drafter: Drafter, path: str, method: str) -> PluginContract
         f"vllm_spec_plugins: draft '{path}' belongs to {drafter.culprit()}, "
         f"but vLLM picked method {method!r} from the checkpoint path (it contains "
         f"'eagle-', 'eagle3', 'dflash' or 'dspark'). Rename the checkpoint folder.",
-        plugin_name=drafter.name, dist=drafter.display_dist)
+        plugin_name=drafter.plugin, dist=drafter.display_dist)
 
 
 def installed_text(host: PluginHost) -> str:
@@ -71,7 +71,7 @@ def unknown_method_error(host: PluginHost, method: str, where: str) -> PluginLoa
 
 def no_identity_note(host: PluginHost, model: str) -> str:
     """A draft config naming neither an architecture nor a model_type (also what ``check`` says of one)."""
-    typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.name!r}, {d.display_dist})"
+    typed = [f"\"model_type\": \"{d.model_type}\" (plugin {d.plugin!r}, {d.display_dist})"
              for d in host.drafters if d.model_type]
     return (f"vllm_spec_plugins: '{model}/config.json' names neither an architecture nor a model_type, so "
             f"nothing can tell which drafter serves it (old FasterDecoding Medusa configs look like this). Pass "
@@ -107,7 +107,7 @@ def excluded_claim(host: PluginHost, archs: list[str], model_type: str | None) -
         return ""
     by = f"model_type {model_type!r}" if model_type and model_type == d.model_type else f"architectures {archs}"
     return (f"vllm_spec_plugins: this draft ({by}) is served by {d.culprit()}, which "
-            f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r} excludes. Add {d.name!r} to {ENV_ALLOW} (or unset it) "
+            f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW, '')!r} excludes. Add {d.plugin!r} to {ENV_ALLOW} (or unset it) "
             f"to serve it with the plugin.")
 
 

@@ -140,7 +140,7 @@ def start_heads_proposer(target: Any, draft: Any, *, num_speculative_tokens: int
                                 **engine_kwargs)
     drafter = drafter_for(vllm_config)
     if drafter.kind != "heads":
-        raise ValueError(f"DrafterHarness runs heads drafters; plugin {drafter.name!r} registers "
+        raise ValueError(f"DrafterHarness runs heads drafters; plugin {drafter.plugin!r} registers "
                          f"{drafter.architectures} as kind {drafter.kind!r}: test it with run_engine")
     device = torch.device("cpu")
     init_cpu_runtime(vllm_config)

@@ -61,7 +61,7 @@ class DrafterRegistry:
                 plugin_name=self.plugin_name,
                 dist=self.dist_label,
             )
-        self.drafters.append(replace(drafter, name=self.plugin_name, dist=self.dist_label, api=self.api))
+        self.drafters.append(replace(drafter, plugin=self.plugin_name, dist_label=self.dist_label, api=self.api))
 
 
 def _dist_of(ep: Any) -> tuple[str | None, str | None]:
@@ -171,7 +171,7 @@ class PluginHost:
             ckey = f"{what}:{key}"
             if ckey in self.conflicts:
                 self.conflicts[ckey].append(d)
-            elif other is not None and other.name != d.name:
+            elif other is not None and other.plugin != d.plugin:
                 self.conflicts[ckey] = [other, d]
                 del table[key]
                 logger.warning("vllm_spec_plugins: %s", self._conflict_message(ckey))
@@ -181,7 +181,7 @@ class PluginHost:
     def _conflict_message(self, ckey: str) -> str:
         what, key = ckey.split(":", 1)
         who = " and ".join(f"{d.culprit()}" for d in self.conflicts[ckey])
-        names = ",".join(sorted({d.name for d in self.conflicts[ckey]}))
+        names = ",".join(sorted({d.plugin for d in self.conflicts[ckey]}))
         return (f"{what} {key!r} is claimed by {who}. Keep one: uninstall the other, or set "
                 f"{ENV_ALLOW} to the one you want (one of {names}).")
 
@@ -223,7 +223,7 @@ class PluginHost:
             if f"architecture:{a}" in self.conflicts:
                 raise DuplicateArchitectureError(self._conflict_message(f"architecture:{a}"))
         def usable(key: str, d: Drafter) -> bool:
-            return key not in self.reserved or (alias is not None and d.name == alias)
+            return key not in self.reserved or (alias is not None and d.plugin == alias)
 
         found = next((self.by_arch[a] for a in archs
                       if a in self.by_arch and usable(f"architecture:{a}", self.by_arch[a])), None)
@@ -235,7 +235,7 @@ class PluginHost:
                 found = None
         if alias is not None and self.check_alias(alias):
             own = self.plugins[alias].drafters
-            if found is None or found.name != alias:
+            if found is None or found.plugin != alias:
                 if len(own) == 1 and not archs and not model_type:
                     return own[0]
                 claimed = sorted({a for d in own for a in d.architectures})

@@ -59,12 +59,12 @@ class Shadow:
     def describe(self) -> str:
         d = self.drafter
         if self.draft:
-            return (f"{self.what} {self.key!r} (plugin {d.name!r}, {d.display_dist}) is also one of {self.owner}'s "
+            return (f"{self.what} {self.key!r} (plugin {d.plugin!r}, {d.display_dist}) is also one of {self.owner}'s "
                     f"built-in drafts: not registered over it; drafts of that kind are served by the plugin "
-                    f"(set VLLM_SPEC_PLUGINS to exclude {d.name!r} to use {self.owner}'s)")
-        return (f"{self.what} {self.key!r} (plugin {d.name!r}, {d.display_dist}) is a model {self.owner} already "
+                    f"(set VLLM_SPEC_PLUGINS to exclude {d.plugin!r} to use {self.owner}'s)")
+        return (f"{self.what} {self.key!r} (plugin {d.plugin!r}, {d.display_dist}) is a model {self.owner} already "
                 f"serves: not registered over it, and not selected by that name; select the plugin with "
-                f"\"method\": \"{d.name}\" or \"vllm_spec_plugin\": \"{d.name}\" in the draft's config.json")
+                f"\"method\": \"{d.plugin}\" or \"vllm_spec_plugin\": \"{d.plugin}\" in the draft's config.json")
 
 
 def _vllm_source(rel: str) -> Any:
@@ -240,5 +240,5 @@ def describe_all(shadows: Iterable[Shadow]) -> list[str]:
 
 
 def as_dict(s: Shadow) -> dict[str, Any]:
-    return {"what": s.what, "name": s.key, "plugin": s.drafter.name, "owner": s.owner,
+    return {"what": s.what, "name": s.key, "plugin": s.drafter.plugin, "owner": s.owner,
             "selected_by_name": s.selectable}

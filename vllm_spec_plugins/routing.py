@@ -302,9 +302,9 @@ def _check_speculators_claim(host: PluginHost, model: str | None, local: dict[st
             f"vllm_spec_plugins: '{model}/config.json' says speculators_model_type "
             f"{local['speculators_model_type']!r} (an EAGLE-family checkpoint of the speculators format), but its "
             f"architectures {archs} / model_type {local.get('model_type')!r} are a {d.kind} drafter of plugin "
-            f"{d.name!r} ({d.display_dist}), which vLLM's EAGLE loop cannot run. Remove the "
-            f"speculators_model_type key (the checkpoint is then served by {d.name!r}), or fix 'architectures'.",
-            plugin_name=d.name, dist=d.display_dist)
+            f"{d.plugin!r} ({d.display_dist}), which vLLM's EAGLE loop cannot run. Remove the "
+            f"speculators_model_type key (the checkpoint is then served by {d.plugin!r}), or fix 'architectures'.",
+            plugin_name=d.plugin, dist=d.display_dist)
 
 
 def _unmarked_eagle(host: PluginHost, model: str | None, local: dict[str, Any]) -> None:
@@ -349,7 +349,7 @@ def claimed_plugin(host: PluginHost, model: str | None, alias: str | None) -> st
         return None
     if d is None or _vllm_serves(archs):
         return None
-    return d.name
+    return d.plugin
 
 
 def _vllm_serves(archs: list[str]) -> bool:
@@ -424,7 +424,7 @@ def fill_from_target(host: PluginHost, hf: Any, alias: str | None, tmc: Any, pat
             hf = cls.from_pretrained(str(path), revision=revision)
             strip_stamps(hf)
             logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
-                        "instead of %s", path, getattr(hf, "model_type", None), d.name, d.config_class, before)
+                        "instead of %s", path, getattr(hf, "model_type", None), d.plugin, d.config_class, before)
     for attr, value in (("hidden_size", tmc.get_hidden_size), ("vocab_size", tmc.get_vocab_size)):
         if getattr(hf, attr, None) is None:
             setattr(hf, attr, value())
@@ -455,7 +455,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             logger.warning("%s vLLM serves it with its own method %r instead.", claim, spec.method)
         return spec
     if not supported:
-        raise version_error(dmc.model, drafter.name)
+        raise version_error(dmc.model, drafter.plugin)
     path = dmc.model
     if drafter.kind == "heads":
         if spec.method in PATH_METHODS:
@@ -468,13 +468,13 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
         want = attention_method(drafter)
         if spec.method != want:
             raise PluginContractError(
-                f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.name!r} "
+                f"vllm_spec_plugins: draft '{path}' belongs to attention-drafter plugin {drafter.plugin!r} "
                 f"({drafter.display_dist}), which runs in vLLM's {want!r} drafting loop, but vLLM resolved "
                 f"method {spec.method!r}. Pass "
-                f"--speculative-config '{{\"method\": \"{drafter.name}\", \"model\": \"{path}\", ...}}' "
+                f"--speculative-config '{{\"method\": \"{drafter.plugin}\", \"model\": \"{path}\", ...}}' "
                 f"(for a checkpoint that is not a local folder: \"method\": \"{want}\"; the draft's architecture "
                 f"still selects the plugin).",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+                plugin_name=drafter.plugin, dist=drafter.display_dist)
     # Load the config with the plugin's own class when vLLM used another one (0.32 has its own classes for
     # 'medusa' and 'mlp_speculator', and loads them before AutoConfig): the plugin's class wins, and says so.
     if drafter.config_class:
@@ -485,7 +485,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             dmc.hf_config = hf
             dmc.hf_text_config = hf
             logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
-                        "instead of %s", path, getattr(hf, "model_type", None), drafter.name, drafter.config_class,
+                        "instead of %s", path, getattr(hf, "model_type", None), drafter.plugin, drafter.config_class,
                         before)
     tmc = spec.target_model_config
     if getattr(hf, "hidden_size", None) is None:
@@ -505,7 +505,7 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
             raise PluginContractError(
                 f"vllm_spec_plugins: {drafter.culprit()} reads target layer ids "
                 f"from draft config key {drafter.aux_layer_ids!r}, which '{path}/config.json' does not set",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+                plugin_name=drafter.plugin, dist=drafter.display_dist)
         else:
             check_aux_ids(drafter, path, ids, tmc)
             hf.eagle_aux_hidden_state_layer_ids = list(ids)
@@ -514,11 +514,11 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
         dmc.max_model_len = spec.target_model_config.max_model_len
     arch = next((a for a in archs if a in drafter.architectures), drafter.architectures[0])
     # vLLM loads the draft through the plugin's private registration: no vLLM class is replaced.
-    hf.architectures = [private_arch(arch, drafter.name)]
-    setattr(hf, PLUGIN_ATTR, drafter.name)
+    hf.architectures = [private_arch(arch, drafter.plugin)]
+    setattr(hf, PLUGIN_ATTR, drafter.plugin)
     setattr(hf, DIST_ATTR, drafter.display_dist)
     setattr(hf, ARCH_ATTR, arch)
-    logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.name, drafter.display_dist)
+    logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.plugin, drafter.display_dist)
     return spec
 
 
@@ -529,10 +529,10 @@ def check_max_tokens(drafter: Drafter, hf: Any, k: int | None, path: str | None)
     most = resolve_dim(drafter, hf, drafter.max_speculative_tokens, "max_speculative_tokens =")
     if k > most:
         raise PluginContractError(
-            f"vllm_spec_plugins: num_speculative_tokens={k}, but draft '{path}' (plugin {drafter.name!r}, "
+            f"vllm_spec_plugins: num_speculative_tokens={k}, but draft '{path}' (plugin {drafter.plugin!r}, "
             f"{drafter.display_dist}) can propose at most {most} tokens per step "
             f"({drafter.max_speculative_tokens}={most}). Pass --spec-tokens {most} or fewer.",
-            plugin_name=drafter.name, dist=drafter.display_dist)
+            plugin_name=drafter.plugin, dist=drafter.display_dist)
 
 
 def heads_draft_tp(drafter: Drafter, spec: Any, path: str | None, user_draft_tp: int | None) -> None:
@@ -553,11 +553,11 @@ def heads_draft_tp(drafter: Drafter, spec: Any, path: str | None, user_draft_tp:
     if user_draft_tp is not None and user_draft_tp != tp:
         raise PluginContractError(
             f"vllm_spec_plugins: draft_tensor_parallel_size={user_draft_tp}, but draft '{path}' (plugin "
-            f"{drafter.name!r}, {drafter.display_dist}) is a heads drafter: it runs in the target's workers with the "
+            f"{drafter.plugin!r}, {drafter.display_dist}) is a heads drafter: it runs in the target's workers with the "
             f"target's tensor parallelism ({tp}). Drop draft_tensor_parallel_size or set it to {tp}.",
-            plugin_name=drafter.name, dist=drafter.display_dist)
+            plugin_name=drafter.plugin, dist=drafter.display_dist)
     logger.info("vllm_spec_plugins: draft '%s' (plugin '%s'): draft tensor parallel size %d -> %d (heads drafters "
-                "use the target's tensor parallelism)", path, drafter.name, draft_pc.tensor_parallel_size, tp)
+                "use the target's tensor parallelism)", path, drafter.plugin, draft_pc.tensor_parallel_size, tp)
     spec.draft_tensor_parallel_size = tp
     spec.draft_parallel_config = type(spec).create_draft_parallel_config(
         target_pc, tp, draft_model_config=spec.draft_model_config)
@@ -581,7 +581,7 @@ def check_aux_ids(drafter: Drafter, path: str, ids: Any, target_model_config: An
             f"layer ids {ids} from config key {drafter.aux_layer_ids!r}: {what}. The target "
             f"'{getattr(target_model_config, 'model', '?')}' has {n} layers, so its layer ids are 0 (the "
             f"embeddings) to {n}, each at most once. Use a draft trained for this target, or fix "
-            f"{drafter.aux_layer_ids!r} in '{path}/config.json'.", plugin_name=drafter.name, dist=drafter.display_dist)
+            f"{drafter.aux_layer_ids!r} in '{path}/config.json'.", plugin_name=drafter.plugin, dist=drafter.display_dist)
 
 
 def check_policy_env(drafter: Drafter, k: int | None) -> None:
@@ -592,7 +592,7 @@ def check_policy_env(drafter: Drafter, k: int | None) -> None:
     try:
         settings = PolicySettings.from_env()
     except ValueError as e:
-        raise PluginContractError(f"vllm_spec_plugins: {e}", plugin_name=drafter.name,
+        raise PluginContractError(f"vllm_spec_plugins: {e}", plugin_name=drafter.plugin,
                                   dist=drafter.display_dist) from None
     stats = os.environ.get(ENV_STATS)
     if stats and settings.mode != "off":
@@ -602,9 +602,9 @@ def check_policy_env(drafter: Drafter, k: int | None) -> None:
             raise PluginContractError(
                 f"vllm_spec_plugins: {ENV_STATS}={stats!r} names where the adaptive policy writes its statistics, "
                 f"but {why}. Give a file path in a writable folder, or unset {ENV_STATS}.",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+                plugin_name=drafter.plugin, dist=drafter.display_dist)
     if settings.mode == "pinned" and k is not None and (settings.pin or 0) > k:
         raise PluginContractError(
             f"vllm_spec_plugins: {ENV_POLICY}={settings.pin} pins more draft tokens per step than "
             f"num_speculative_tokens={k}; pass --spec-tokens {settings.pin} or pin {k} or fewer",
-            plugin_name=drafter.name, dist=drafter.display_dist)
+            plugin_name=drafter.plugin, dist=drafter.display_dist)

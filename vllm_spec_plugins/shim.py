@@ -130,8 +130,8 @@ def _register_with_vllm(host: PluginHost) -> None:
                 raise
             except BaseException as e:  # noqa: BLE001
                 logger.warning("vllm_spec_plugins: plugin %r (%s) config class %s failed to import: %s: %s",
-                               d.name, d.display_dist, d.config_class, type(e).__name__, e)
+                               d.plugin, d.display_dist, d.config_class, type(e).__name__, e)
         for arch in d.architectures:
-            ModelRegistry.register_model(private_arch(arch, d.name), d.model_class)
+            ModelRegistry.register_model(private_arch(arch, d.plugin), d.model_class)
         for arch in own_names(d, shadows):
             ModelRegistry.register_model(arch, d.model_class)

@@ -25,9 +25,9 @@ def test_minimal_drafter_defaults():
     assert d.extra_inputs == () and d.state == ()
     assert d.position_free is True
     assert d.update_state == "update_state"
-    assert d.name == "" and d.dist == ""
+    assert d.plugin == "" and d.dist == ""
     assert d.display_dist == "unknown distribution"
-    assert dataclasses.replace(d, dist="x 1.0").display_dist == "x 1.0"
+    assert dataclasses.replace(d, dist_label="x 1.0").display_dist == "x 1.0"
 
 
 def test_drafter_is_frozen():
@@ -264,8 +264,8 @@ def test_model_class_gaps_name_what_each_kind_lacks():
     class HeadsNoWeights:
         def forward(self, hidden_states): ...
 
-    heads = Drafter(architectures=("A",), model_class="m:C", name="p", dist="d 1.0")
-    attention = Drafter(architectures=("B",), model_class="m:C", kind="attention", name="p", dist="d 1.0")
+    heads = Drafter(architectures=("A",), model_class="m:C", plugin="p", dist_label="d 1.0")
+    attention = Drafter(architectures=("B",), model_class="m:C", kind="attention", plugin="p", dist_label="d 1.0")
     assert model_class_gaps(heads, Heads) == []
     assert model_class_gaps(heads, HeadsNoWeights) == ["load_weights"]
     assert model_class_gaps(attention, Heads) == ["compute_logits"]
@@ -279,7 +279,7 @@ def test_model_class_gaps_name_what_each_kind_lacks():
 def test_culprit_is_written_one_way():
     from vllm_spec_plugins.errors import culprit
 
-    d = Drafter(architectures=("A",), model_class="m:C", name="p", dist="d 1.0")
+    d = Drafter(architectures=("A",), model_class="m:C", plugin="p", dist_label="d 1.0")
     assert d.culprit() == culprit("p", "d 1.0") == "plugin 'p' (d 1.0)"
     assert d.culprit(model_class=True) == "plugin 'p' (d 1.0), model class m:C"
     assert d.culprit(model_class=True, checkpoint="/ck") == "draft '/ck' (plugin 'p', d 1.0, model class m:C)"

@@ -15,7 +15,7 @@ HIDDEN = 64
 
 def make(**kw) -> Drafter:
     d = Drafter(architectures=("ToyDrafter",), model_class="toy_pkg.model:ToyModel", **kw)
-    return dataclasses.replace(d, name="toy", dist="toy-dist 1.2")
+    return dataclasses.replace(d, plugin="toy", dist_label="toy-dist 1.2")
 
 
 def cfg(**kw):

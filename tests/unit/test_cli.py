@@ -14,7 +14,7 @@ from vllm_spec_plugins.cli import format_table, main, plugin_dict
 MEDUSA = dataclasses.replace(
     Drafter(architectures=("MedusaModel",), model_type="medusa", config_class="vllm_spec_medusa.config:MedusaConfig",
             model_class="vllm_spec_medusa.model:MedusaDraftModel", max_speculative_tokens="num_heads"),
-    name="medusa", dist="vllm-spec-medusa 0.1.0")
+    plugin="medusa", dist_label="vllm-spec-medusa 0.1.0")
 STATEFUL = Drafter(
     architectures=("StateTestDrafter",), model_class="vsp_state_drafter.model:StateTestDrafter",
     extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS, dtype="int32", shape=("k1",)),
@@ -122,7 +122,7 @@ def test_list_shows_names_vllm_already_serves(monkeypatch, capsys):
     from vllm_spec_plugins.api import PluginInfo
 
     shadow = PluginInfo("shadow", "shadow_pkg", "shadow-dist", "0.3", (Drafter(
-        architectures=("LlamaForCausalLM",), model_class="m:C", name="shadow", dist="shadow-dist 0.3"),))
+        architectures=("LlamaForCausalLM",), model_class="m:C", plugin="shadow", dist_label="shadow-dist 0.3"),))
     monkeypatch.setattr(manager, "list_plugins", lambda: [shadow])
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from .fakes import attach, heads
 
 
 def _guard(async_scheduling=False, vocab=10):
-    d = replace(heads("FaultyArch"), name="faulty", dist="vsp-faulty 0.0.7")
+    d = replace(heads("FaultyArch"), plugin="faulty", dist_label="vsp-faulty 0.0.7")
     return DraftGuard(d, model_class="pkg.model:Faulty", checkpoint="/ckpt/faulty", vocab_size=vocab,
                       device=torch.device("cpu"), async_scheduling=async_scheduling)
 

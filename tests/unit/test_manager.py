@@ -45,7 +45,7 @@ def test_good_plugin_loads_and_is_indexed():
     assert info.hooks == ("vllm_spec_register_drafters",)
     (d,) = info.drafters
     # the host stamps plugin name and "dist version" on every drafter
-    assert (d.name, d.dist) == ("toy", "toy-dist 2.3")
+    assert (d.plugin, d.dist) == ("toy", "toy-dist 2.3")
     assert host.by_arch == {"ToyArch": d}
     assert host.by_model_type == {"toy": d}
     assert host.drafters == [d]
@@ -339,7 +339,7 @@ def host():
 
 def test_select_by_architecture(host):
     d = host.select(["Unrelated", "MedusaLike"])
-    assert isinstance(d, Drafter) and d.name == "medusa_like" and d.architectures == ("MedusaLike",)
+    assert isinstance(d, Drafter) and d.plugin == "medusa_like" and d.architectures == ("MedusaLike",)
     assert host.select(["TwoB"]).architectures == ("TwoB",)
 
 

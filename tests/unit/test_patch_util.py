@@ -88,7 +88,7 @@ def test_when_imported_fires_now_for_imported_module():
 
     when_imported("json", seen.append)
     assert seen == [json]
-    assert "json" not in _util._hooks
+    assert "json" not in _util._after_import
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def fresh_module(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield name
     sys.modules.pop(name, None)
-    _util._hooks.pop(name, None)
+    _util._after_import.pop(name, None)
 
 
 def test_when_imported_fires_after_import(fresh_module):
@@ -109,12 +109,12 @@ def test_when_imported_fires_after_import(fresh_module):
     when_imported(fresh_module, lambda m: seen.append("second"))
     assert seen == []
     assert fresh_module not in sys.modules
-    assert fresh_module in _util._hooks
+    assert fresh_module in _util._after_import
     assert _util._FINDER in sys.meta_path
     mod = importlib.import_module(fresh_module)
     # the callbacks ran once, in order, after the module body executed
     assert seen == [(mod, 42), "second"]
-    assert fresh_module not in _util._hooks
+    assert fresh_module not in _util._after_import
     # registering after the import fires immediately
     when_imported(fresh_module, lambda m: seen.append("late"))
     assert seen[-1] == "late" and len(seen) == 3

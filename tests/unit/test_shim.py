@@ -101,14 +101,14 @@ def test_empty_allow_list_does_nothing(fresh_shim, monkeypatch):
     monkeypatch.setenv("VLLM_SPEC_PLUGINS", "")
     monkeypatch.setattr(manager, "get_host", must_not_run)
     monkeypatch.setattr(shim, "vllm_version", must_not_run)
-    hooks_before = {k: list(v) for k, v in _util._hooks.items()}
+    hooks_before = {k: list(v) for k, v in _util._after_import.items()}
     assert shim._register() is None
-    assert _util._hooks == hooks_before
+    assert _util._after_import == hooks_before
     assert shim.STATUS["supported"] is None and shim.STATUS["vllm"] is None
     # and through the public entry point
     shim.register()
     assert shim.STATUS["applied"] is True and shim.STATUS["error"] is None
-    assert _util._hooks == hooks_before
+    assert _util._after_import == hooks_before
 
 
 # -- finalize_spec ----------------------------------------------------------------

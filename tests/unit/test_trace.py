@@ -13,7 +13,7 @@ from vllm_spec_plugins.runtime.state import StatePool
 
 
 def _proposer(tmp_path):
-    d = Drafter(architectures=("X",), model_class="m:X", name="toy", dist="vsp-toy 1.0",
+    d = Drafter(architectures=("X",), model_class="m:X", plugin="toy", dist_label="vsp-toy 1.0",
                 extra_inputs=(ExtraInput(name="sampled", source=Source.SAMPLED_TOKEN_IDS),),
                 state=(StateSpec(name="acc", shape=(2,), dtype="int64"),))
     pool = StatePool([("acc", (2,), torch.int64, 0.0, "keep")], 4, torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""Patch helpers: idempotent method wrapping and post-import hooks."""
+"""Patch helpers: idempotent method wrapping, and callbacks run right after vLLM imports a module."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def unwrap_method(owner: type, name: str) -> None:
         setattr(owner, name, current.__wrapped__)
 
 
-_hooks: dict[str, list[Callable[[Any], None]]] = {}
-_hook_lock = threading.RLock()
+_after_import: dict[str, list[Callable[[Any], None]]] = {}
+_after_import_lock = threading.RLock()
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
@@ -78,7 +78,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname not in _hooks:
+        if fullname not in _after_import:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -95,7 +95,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             original_exec(module)
-            _run_hooks(fullname, module)
+            _run_after_import(fullname, module)
 
         try:
             loader.exec_module = exec_module  # type: ignore[method-assign]
@@ -107,9 +107,9 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 _FINDER = _PostImportFinder()
 
 
-def _run_hooks(name: str, module: Any) -> None:
-    with _hook_lock:
-        callbacks = _hooks.pop(name, [])
+def _run_after_import(name: str, module: Any) -> None:
+    with _after_import_lock:
+        callbacks = _after_import.pop(name, [])
     for cb in callbacks:
         try:
             cb(module)
@@ -119,10 +119,10 @@ def _run_hooks(name: str, module: Any) -> None:
 
 def when_imported(name: str, callback: Callable[[Any], None]) -> None:
     """Call ``callback(module)`` now if ``name`` is imported, else right after its import."""
-    with _hook_lock:
+    with _after_import_lock:
         module = sys.modules.get(name)
         if module is None:
-            _hooks.setdefault(name, []).append(callback)
+            _after_import.setdefault(name, []).append(callback)
             if _FINDER not in sys.meta_path:
                 sys.meta_path.insert(0, _FINDER)
             return

@@ -61,16 +61,16 @@ def _import_class(d: Drafter) -> type[Any]:
         raise PluginLoadError(
             f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, "
             f"but its module {mod!r} failed to import: {type(e).__name__}: {e}. Reinstall or upgrade "
-            f"{d.display_dist}, or install what it needs.", plugin_name=d.name, dist=d.display_dist) from e
+            f"{d.display_dist}, or install what it needs.", plugin_name=d.plugin, dist=d.display_dist) from e
     cls: type[Any] | None = getattr(module, name, None)
     if cls is None:
         raise PluginLoadError(
             f"vllm_spec_plugins: {d.culprit()} names model class {d.model_class!r}, but "
             f"module {mod!r} has no attribute {name!r}. Fix the Drafter(model_class=...) of the plugin.",
-            plugin_name=d.name, dist=d.display_dist)
+            plugin_name=d.plugin, dist=d.display_dist)
     gaps = model_class_gaps(d, cls)
     if gaps:
-        raise PluginContractError(model_class_error(d, gaps), plugin_name=d.name, dist=d.display_dist)
+        raise PluginContractError(model_class_error(d, gaps), plugin_name=d.plugin, dist=d.display_dist)
     return cls
 
 
@@ -81,7 +81,7 @@ def state_hook(drafter: Drafter, model_cls: type) -> Any:
         raise PluginContractError(
             f"vllm_spec_plugins: {drafter.culprit()} declares carried state "
             f"{[s.name for s in drafter.state]} but {drafter.model_class} has no state-carry hook method "
-            f"{drafter.update_state!r}", plugin_name=drafter.name, dist=drafter.display_dist)
+            f"{drafter.update_state!r}", plugin_name=drafter.plugin, dist=drafter.display_dist)
     return update
 
 
@@ -130,7 +130,7 @@ class DrafterRuntime:
         if self.needs_aux_hidden_states and not aux_ids:
             raise PluginContractError(
                 f"vllm_spec_plugins: {drafter.culprit()} asks for aux hidden states "
-                f"but declares no aux_layer_ids config key", plugin_name=drafter.name, dist=drafter.display_dist)
+                f"but declares no aux_layer_ids config key", plugin_name=drafter.plugin, dist=drafter.display_dist)
 
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
         model_dtype = vllm_config.model_config.dtype
@@ -262,7 +262,7 @@ class DrafterRuntime:
             got = sorted(new) if isinstance(new, dict) else type(new).__name__
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.{d.update_state}() must "
-                f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.name, dist=d.display_dist)
+                f"return a dict with keys {sorted(pool.tensors)}; got {got}", plugin_name=d.plugin, dist=d.display_dist)
         if self._trace_dir:
             self._trace_hook["hook_outputs"] = trace.copy_tensors(new)
         if trial:
@@ -274,7 +274,7 @@ class DrafterRuntime:
                 raise PluginContractError(
                     f"vllm_spec_plugins: {d.culprit()}: state {name!r} returned by "
                     f"{d.update_state}() has shape {got}, expected {list(cur.shape)}",
-                    plugin_name=d.name, dist=d.display_dist)
+                    plugin_name=d.plugin, dist=d.display_dist)
         return new
 
     # -- start-up check ----------------------------------------------------------
@@ -293,7 +293,7 @@ class DrafterRuntime:
                       f"vocab_size {found[1]}. Use a draft trained for this target, or fix its config.json.")
         return PluginLoadError(
             f"vllm_spec_plugins: {d.culprit(model_class=True, checkpoint=self.draft_model_config.model)} "
-            f"{what}{cause}. {advice}", plugin_name=d.name, dist=d.display_dist)
+            f"{what}{cause}. {advice}", plugin_name=d.plugin, dist=d.display_dist)
 
     @contextlib.contextmanager
     def _plugin_call(self, what: str) -> Iterator[None]:
@@ -329,10 +329,10 @@ class DrafterRuntime:
                 raise PluginContractError(
                     f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.{d.update_state}() "
                     f"returned non-finite values (NaN or inf) for state {name!r} from its initial state",
-                    plugin_name=d.name, dist=d.display_dist)
+                    plugin_name=d.plugin, dist=d.display_dist)
             if value.dtype != want:
                 logger.warning("vllm_spec_plugins: plugin %r (%s): %s.%s() returns state %r as %s, declared %s: "
-                               "it is cast to %s at every step", d.name, d.display_dist, d.model_class,
+                               "it is cast to %s at every step", d.plugin, d.display_dist, d.model_class,
                                d.update_state, name, value.dtype, want, want)
 
     def _check_finite_logits(self, logits: torch.Tensor) -> None:
@@ -350,7 +350,7 @@ class DrafterRuntime:
         if bad:
             d = self.drafter
             logger.warning("vllm_spec_plugins: draft '%s' (plugin %r, %s): parameter(s) %s hold NaN or inf values; "
-                           "its drafts will be rejected", self.draft_model_config.model, d.name, d.display_dist,
+                           "its drafts will be rejected", self.draft_model_config.model, d.plugin, d.display_dist,
                            ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else ""))
 
     def _trial(self, run: Any) -> None:
@@ -446,24 +446,24 @@ class HeadsRuntime(DrafterRuntime):
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.forward() returned "
                 f"{type(out).__name__}; expected a tensor of draft token ids [num_reqs, k] or logits "
-                f"[num_reqs, k, vocab]", plugin_name=d.name, dist=d.display_dist)
+                f"[num_reqs, k, vocab]", plugin_name=d.plugin, dist=d.display_dist)
         if out.dtype == torch.bool or out.is_complex():
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: {d.model_class}.forward() returned a "
                 f"{out.dtype} tensor; draft token ids must be integers [num_reqs, k] (or logits [num_reqs, k, "
-                f"vocab] as floats)", plugin_name=d.name, dist=d.display_dist)
+                f"vocab] as floats)", plugin_name=d.plugin, dist=d.display_dist)
         if out.is_floating_point():
             if out.dim() != 3:
                 raise PluginContractError(
                     f"vllm_spec_plugins: {d.culprit()}: forward() returned a float tensor of "
                     f"shape {list(out.shape)}; logits must be [num_reqs={B}, k>={k}, vocab]",
-                    plugin_name=d.name, dist=d.display_dist)
+                    plugin_name=d.plugin, dist=d.display_dist)
             out = out.argmax(dim=-1)
         if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: forward() returned shape "
                 f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]",
-                plugin_name=d.name, dist=d.display_dist)
+                plugin_name=d.plugin, dist=d.display_dist)
         return out[:, :k].to(torch.int64)
 
 
@@ -540,13 +540,13 @@ class AttentionRuntime(DrafterRuntime):
                 f"{drafter.model_class} declares aux_layer_ids={drafter.aux_layer_ids!r}, so vLLM's loop feeds it "
                 f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
                 f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
-                plugin_name=drafter.name, dist=drafter.display_dist)
+                plugin_name=drafter.plugin, dist=drafter.display_dist)
         bad = token_rows(self.forward_bindings)
         if bad:
             raise PluginContractError(
                 f"vllm_spec_plugins: {drafter.culprit()}: attention drafters get "
                 f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
-                f"token-row sources", plugin_name=drafter.name, dist=drafter.display_dist)
+                f"token-row sources", plugin_name=drafter.plugin, dist=drafter.display_dist)
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
                          if b.source is not None}
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
@@ -599,5 +599,5 @@ class AttentionRuntime(DrafterRuntime):
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: {d.model_class}."
                 f"combine_hidden_states() returned shape {list(combined.shape)}; expected "
-                f"[num_tokens, {self.hidden_size}] (the draft's hidden size)", plugin_name=d.name,
+                f"[num_tokens, {self.hidden_size}] (the draft's hidden size)", plugin_name=d.plugin,
                 dist=d.display_dist)

@@ -110,14 +110,14 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
                     raise PluginContractError(
                         f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} has "
                         f"shape per row {list(found)} in this engine, but the plugin declares {list(declared)}",
-                        plugin_name=d.name, dist=d.display_dist)
+                        plugin_name=d.plugin, dist=d.display_dist)
             want = SOURCE_DTYPE[e.source]
             floats = ("float16", "bfloat16", "float32", "float64", "half", "float", "double")
             if e.dtype != "model" and ((want == "model" and e.dtype not in floats) or
                                        (want != "model" and e.dtype != want)):
                 raise PluginContractError(
                     f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} from {e.source.value} is {want}, "
-                    f"but the plugin declares dtype {e.dtype!r}", plugin_name=d.name, dist=d.display_dist)
+                    f"but the plugin declares dtype {e.dtype!r}", plugin_name=d.plugin, dist=d.display_dist)
             out.append(Binding(p.name, e.source, None, found, SOURCE_DTYPE[e.source]))
         elif p.name in defaults:
             src = defaults[p.name]
@@ -132,7 +132,7 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
             raise PluginContractError(
                 f"vllm_spec_plugins: {_where(d, fn)} takes parameter {p.name!r}, which nothing provides. "
                 f"Declare it as an ExtraInput in the plugin's Drafter(extra_inputs=...), or give it a default. "
-                f"Known names: {', '.join(known)}", plugin_name=d.name, dist=d.display_dist)
+                f"Known names: {', '.join(known)}", plugin_name=d.plugin, dist=d.display_dist)
     return out
 
 

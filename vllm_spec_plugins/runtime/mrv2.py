@@ -55,7 +55,7 @@ def make_speculator(vllm_config: Any, device: torch.device,
     """The plugin speculator for this engine's draft (what ``init_speculator`` returns for plugin specs)."""
     d = drafter_for(vllm_config)
     cls = PluginHeadsSpeculator if d.kind == "heads" else PluginEagleSpeculator
-    logger.info("vllm_spec_plugins: plugin %r (%s) runs on Model Runner V2 (%s)", d.name, d.display_dist,
+    logger.info("vllm_spec_plugins: plugin %r (%s) runs on Model Runner V2 (%s)", d.plugin, d.display_dist,
                 cls.__name__)
     return cls(vllm_config, device, drafter=d)
 

@@ -60,7 +60,7 @@ def resolve_inits(pool: StatePool, model: Any, attrs: dict[str, str], d: Drafter
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: state {name!r} is initialised from "
                 f"{d.model_class}.{attr}, which is {type(value).__name__}; expected a tensor (parameter or buffer) "
-                f"or a method returning one", plugin_name=d.name, dist=d.display_dist)
+                f"or a method returning one", plugin_name=d.plugin, dist=d.display_dist)
         try:  # the value must broadcast *to* the state's shape (not merely with it)
             # (torch.broadcast_shapes has no annotations: the ignore below is for that alone)
             if len(value.shape) > len(shape) or torch.broadcast_shapes(  # type: ignore[no-untyped-call]
@@ -70,7 +70,7 @@ def resolve_inits(pool: StatePool, model: Any, attrs: dict[str, str], d: Drafter
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: state {name!r} has shape {list(shape)}, "
                 f"but its initial value {d.model_class}.{attr} has shape {list(value.shape)}",
-                plugin_name=d.name, dist=d.display_dist) from None
+                plugin_name=d.plugin, dist=d.display_dist) from None
         pool.set_init(name, value.detach())
 
 

@@ -34,7 +34,7 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
     record: dict[str, Any] = {
         "schema": TRACE_SCHEMA,
         "step": int(p._trace_n),
-        "plugin": d.name,
+        "plugin": d.plugin,
         "distribution": d.display_dist,
         "kind": d.kind,
         "req_ids": [str(r) for r in step.get("req_ids", [])[:B]],

@@ -148,6 +148,6 @@ def test_plugin_is_installed():
     assert d.config_class == "vllm_spec_medusa.config:MedusaConfig"
     assert d.model_class == "vllm_spec_medusa.model:MedusaDraftModel"
     assert d.max_speculative_tokens == "num_heads"
-    assert d.name == "medusa" and d.dist == f"vllm-spec-medusa {info.version}"
+    assert d.plugin == "medusa" and d.dist == f"vllm-spec-medusa {info.version}"
     assert host.select(["MedusaModel"]) == d
     assert host.select([], model_type="medusa") == d
