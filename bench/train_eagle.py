@@ -48,8 +48,8 @@ from bench.draft_data import (
     expected_accepted,
     load_hidden_data,
     load_lm_head,
-    set_lr,
 )
+from bench.trainloop import train_loop
 
 
 def draft_config(target_cfg: dict):
@@ -245,7 +245,6 @@ def main() -> None:
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    from tqdm import tqdm
 
     from bench.smollm2 import ensure_smollm2
 
@@ -272,62 +271,40 @@ def main() -> None:
     eval_s = time.monotonic() - t0
     print("epoch 0 (random init):", history[-1])
     steps_per_epoch = len(make_batches(data, data.train_seqs, args.batch_tokens, None))
-    total_steps = None
-    step = 0
-    stopped = False
-    t_train = time.monotonic()
-    bar = tqdm(total=steps_per_epoch * args.max_epochs, desc="eagle", unit="step")
-    for epoch in range(1, args.max_epochs + 1):
-        batches = make_batches(data, data.train_seqs, args.batch_tokens, gen)
-        sums = {"vloss": 0.0, "ploss": 0.0, "correct": 0, "n": 0}
-        for bi, b in enumerate(batches):  # noqa: B007 - bi read after the loop
-            if budget.left() < eval_s * 1.5 + 10:
-                stopped = True
-                break
-            emb_next, hid, tgt, labels, pos, mask = load_batch(data, b, embed)
-            if args.noise > 0:
-                hid = hid + (torch.rand(hid.shape, generator=noise_gen) - 0.5) * (2 * args.noise)
-            pred = model(emb_next[0], hid, pos)
-            nm = max(int(mask.sum()), 1)
-            vloss = F.smooth_l1_loss(pred[mask], tgt[mask], reduction="none").mean(-1).sum() / nm
-            flat = pred[mask]
-            lab = labels[..., 0][mask]
-            g, ls, c, v = chunked_ce_grad(flat.detach(), w16, lab)
-            torch.autograd.backward([vloss, flat], [None, g * (args.w_cls / max(v, 1))])
-            torch.nn.utils.clip_grad_norm_(params, args.clip)
-            if step == 3 and total_steps is None:
-                step_s = (time.monotonic() - t_train) / 4
-                epoch_s = steps_per_epoch * step_s + eval_s
-                total_steps = max(int((budget.left() - eval_s) / epoch_s * steps_per_epoch), 8)
-                total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
-                bar.total = total_steps
-            set_lr(opt, args.lr, step, args.warmup, total_steps)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            bar.update(1)
-            sums["vloss"] += float(vloss) * nm
-            sums["ploss"] += ls
-            sums["correct"] += c
-            sums["n"] += v
-            if step % 10 == 0:
-                bar.set_postfix(ep=epoch, vloss=f"{sums['vloss'] / max(sums['n'], 1):.3f}",
-                                ploss=f"{sums['ploss'] / max(sums['n'], 1):.3f}",
-                                acc=f"{sums['correct'] / max(sums['n'], 1):.3f}", left=f"{budget.left():.0f}s")
-            if total_steps is not None and step >= total_steps:
-                stopped = True
-                break
-        rec = {"epoch": epoch, "steps": step, "partial": stopped and bi < len(batches) - 1,
-               "train_vloss": round(sums["vloss"] / max(sums["n"], 1), 4),
-               "train_ploss": round(sums["ploss"] / max(sums["n"], 1), 4),
-               "train_step1_top1": round(sums["correct"] / max(sums["n"], 1), 4),
-               **evaluate(model, data, data.val_seqs, embed, w, args.eval_steps)}
-        history.append(rec)
-        tqdm.write(f"epoch {epoch}: " + json.dumps({k: v for k, v in rec.items() if k not in ("epoch",)}))
-        if stopped:
-            break
-    bar.close()
-    train_s = time.monotonic() - t_train
+
+    def step(b: list[int], sums: dict) -> None:  # regression on the next hidden state + next-token CE
+        emb_next, hid, tgt, labels, pos, mask = load_batch(data, b, embed)
+        if args.noise > 0:
+            hid = hid + (torch.rand(hid.shape, generator=noise_gen) - 0.5) * (2 * args.noise)
+        pred = model(emb_next[0], hid, pos)
+        nm = max(int(mask.sum()), 1)
+        vloss = F.smooth_l1_loss(pred[mask], tgt[mask], reduction="none").mean(-1).sum() / nm
+        flat = pred[mask]
+        lab = labels[..., 0][mask]
+        g, ls, c, v = chunked_ce_grad(flat.detach(), w16, lab)
+        torch.autograd.backward([vloss, flat], [None, g * (args.w_cls / max(v, 1))])
+        sums["vloss"] += float(vloss) * nm
+        sums["ploss"] += ls
+        sums["correct"] += c
+        sums["n"] += v
+
+    def plan(step_s: float) -> int:
+        return int((budget.left() - eval_s) / (steps_per_epoch * step_s + eval_s) * steps_per_epoch)
+
+    def mean(m: dict, key: str) -> float:
+        return m[key] / max(m["n"], 1)
+
+    loop = train_loop(
+        desc="eagle", opt=opt, budget=budget, lr=args.lr, warmup=args.warmup, steps_per_epoch=steps_per_epoch,
+        max_epochs=args.max_epochs, batches=lambda epoch: make_batches(data, data.train_seqs, args.batch_tokens, gen),
+        step=step, plan=plan, reserve=eval_s * 1.5 + 10, params=params, clip=args.clip, history=history,
+        new_sums=lambda: {"vloss": 0.0, "ploss": 0.0, "correct": 0, "n": 0},
+        postfix=lambda m: {"vloss": f"{mean(m, 'vloss'):.3f}", "ploss": f"{mean(m, 'ploss'):.3f}",
+                           "acc": f"{mean(m, 'correct'):.3f}"},
+        record=lambda epoch, m: {"train_vloss": round(mean(m, "vloss"), 4), "train_ploss": round(mean(m, "ploss"), 4),
+                                 "train_step1_top1": round(mean(m, "correct"), 4),
+                                 **evaluate(model, data, data.val_seqs, embed, w, args.eval_steps)})
+    step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
 
     # ---- save (EAGLE authors' layout; embed_tokens and lm_head shared with the target) ----
     from safetensors.torch import save_file

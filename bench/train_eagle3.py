@@ -48,8 +48,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bench.common import CACHE, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, expected_accepted, load_hidden_data, load_lm_head, set_lr
+from bench.draft_data import IGNORE, HiddenData, expected_accepted, load_hidden_data, load_lm_head
 from bench.train_eagle import make_batches
+from bench.trainloop import train_loop
 
 STEP_DECAY = 0.8
 
@@ -285,7 +286,6 @@ def main() -> None:
         return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
-    from tqdm import tqdm
 
     from bench.smollm2 import ensure_smollm2
 
@@ -328,64 +328,39 @@ def main() -> None:
     eval_s = time.monotonic() - t0
     steps_per_epoch = len(make_batches(data, data.train_seqs, args.batch_tokens, None))
     weights = [STEP_DECAY ** s for s in range(args.ttt_steps)]
-    total_steps = None
-    step = 0
-    stopped = False
-    t_train = time.monotonic()
-    bar = tqdm(total=steps_per_epoch * args.max_epochs, desc="eagle3", unit="step")
-    for epoch in range(1, args.max_epochs + 1):
-        sums = {"loss": 0.0, "n": 0, "c1": 0}
-        batches = make_batches(data, data.train_seqs, args.batch_tokens, gen)
-        for bi, b in enumerate(batches):  # noqa: B007 - bi read after the loop
-            if budget.left() < eval_s * 3 + 30:
-                stopped = True
-                break
-            A, embs, labels, pos = load_batch(data, aux, b, W, t2d_id, args.ttt_steps)
-            outs = model(A, embs, pos)
-            loss = 0.0
-            n1 = 1
-            for s, o in enumerate(outs):
-                lab = labels[..., s]
-                keep = lab >= 0  # inside the answer and the draft vocabulary
-                if not bool(keep.any()):
-                    continue
-                logits = o[keep] @ w_d.T
-                ce = F.cross_entropy(logits, lab[keep])
-                loss = loss + weights[s] * ce
-                if s == 0:
-                    n1 = int(keep.sum())
-                    sums["loss"] += float(ce) * n1
-                    sums["n"] += n1
-                    sums["c1"] += int((logits.argmax(-1) == lab[keep]).sum())
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, args.clip)
-            if step == 3 and total_steps is None:
-                step_s = (time.monotonic() - t_train) / 4
-                left = budget.left() - 3 * eval_s - 30
-                total_steps = max(8, min(int(left / (step_s + eval_s / steps_per_epoch)),
-                                         steps_per_epoch * args.max_epochs))
-                bar.total = total_steps
-            set_lr(opt, args.lr, step, args.warmup, total_steps)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(ep=epoch, ce1=f"{sums['loss'] / max(sums['n'], 1):.3f}",
-                                acc1=f"{sums['c1'] / max(sums['n'], 1):.3f}", left=f"{budget.left():.0f}s")
-            if total_steps is not None and step >= total_steps:
-                stopped = True
-                break
-        rec = {"epoch": epoch, "steps": step, "partial": stopped and bi < len(batches) - 1,
-               "train_ce1": round(sums["loss"] / max(sums["n"], 1), 4),
-               "train_step1_top1_in_vocab": round(sums["c1"] / max(sums["n"], 1), 4),
-               **evaluate(model, data, aux, data.val_seqs, W, w_d, t2d_id, args.eval_steps)}
-        history.append(rec)
-        tqdm.write(f"epoch {epoch}: " + json.dumps({k: v for k, v in rec.items() if k != "epoch"}))
-        if stopped:
-            break
-    bar.close()
-    train_s = time.monotonic() - t_train
+
+    def step(b: list[int], sums: dict) -> None:  # training-time test: every unrolled step's CE, decayed
+        A, embs, labels, pos = load_batch(data, aux, b, W, t2d_id, args.ttt_steps)
+        outs = model(A, embs, pos)
+        loss = 0.0
+        for s, o in enumerate(outs):
+            lab = labels[..., s]
+            keep = lab >= 0  # inside the answer and the draft vocabulary
+            if not bool(keep.any()):
+                continue
+            logits = o[keep] @ w_d.T
+            ce = F.cross_entropy(logits, lab[keep])
+            loss = loss + weights[s] * ce
+            if s == 0:
+                n1 = int(keep.sum())
+                sums["loss"] += float(ce) * n1
+                sums["n"] += n1
+                sums["c1"] += int((logits.argmax(-1) == lab[keep]).sum())
+        loss.backward()
+
+    def plan(step_s: float) -> int:
+        return int((budget.left() - 3 * eval_s - 30) / (step_s + eval_s / steps_per_epoch))
+
+    loop = train_loop(
+        desc="eagle3", opt=opt, budget=budget, lr=args.lr, warmup=args.warmup, steps_per_epoch=steps_per_epoch,
+        max_epochs=args.max_epochs, batches=lambda epoch: make_batches(data, data.train_seqs, args.batch_tokens, gen),
+        step=step, plan=plan, reserve=eval_s * 3 + 30, params=params, clip=args.clip, history=history,
+        new_sums=lambda: {"loss": 0.0, "n": 0, "c1": 0},
+        postfix=lambda m: {"ce1": f"{m['loss'] / max(m['n'], 1):.3f}", "acc1": f"{m['c1'] / max(m['n'], 1):.3f}"},
+        record=lambda epoch, m: {"train_ce1": round(m["loss"] / max(m["n"], 1), 4),
+                                 "train_step1_top1_in_vocab": round(m["c1"] / max(m["n"], 1), 4),
+                                 **evaluate(model, data, aux, data.val_seqs, W, w_d, t2d_id, args.eval_steps)})
+    step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
 
     from safetensors.torch import save_file
 

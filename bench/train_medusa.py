@@ -29,7 +29,8 @@ import torch
 import torch.nn as nn
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, set_lr, top1
+from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, top1
+from bench.trainloop import train_loop
 
 
 def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, first: int = 2
@@ -107,7 +108,6 @@ def main() -> None:
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    from tqdm import tqdm
 
     from bench.smollm2 import ensure_smollm2
 
@@ -142,62 +142,42 @@ def main() -> None:
     opt = torch.optim.AdamW(heads.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     steps_per_epoch = math.ceil(len(tr_rows) / args.batch)
     gen = torch.Generator().manual_seed(args.seed)
-    total_steps = None
     history = []
     t_eval = time.monotonic()
     history.append({"epoch": 0, "val_top1": evaluate(heads, va_x, va_lab, w)})
     eval_s = time.monotonic() - t_eval
     print("epoch 0 (identity heads) val top-1:", history[-1]["val_top1"])
-    step = 0
-    t_train = time.monotonic()
-    stopped = False
-    bar = tqdm(total=steps_per_epoch * args.max_epochs, desc="medusa", unit="step")
-    for epoch in range(1, args.max_epochs + 1):
+    perm = torch.empty(0, dtype=torch.int64)
+
+    def batches(epoch: int) -> range:
+        nonlocal perm
         perm = torch.randperm(len(tr_rows), generator=gen)
-        loss_sum = [0.0] * k
-        corr, val = [0] * k, [0] * k
-        for bi in range(steps_per_epoch):
-            if budget.left() < eval_s + 5:
-                stopped = True
-                break
-            idx = perm[bi * args.batch: (bi + 1) * args.batch]
-            x = tr_x[idx].float()
-            for h in range(k):
-                z = heads.head(h, x)
-                g, ls, c, v = chunked_ce_grad(z.detach(), w16, tr_lab[idx, h])
-                z.backward(g / max(v, 1))
-                loss_sum[h] += ls
-                corr[h] += c
-                val[h] += v
-            if step == 3 and total_steps is None:  # fix the schedule from the measured step time
-                step_s = (time.monotonic() - t_train) / 4
-                epoch_s = steps_per_epoch * step_s + eval_s
-                total_steps = max(int(budget.left() / epoch_s * steps_per_epoch), 8)
-                total_steps = min(total_steps, steps_per_epoch * args.max_epochs)
-                bar.total = total_steps
-            sched_total = total_steps or 10**9
-            set_lr(opt, args.lr, step, args.warmup, sched_total)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(ep=epoch, loss=f"{sum(loss_sum) / max(sum(val), 1):.3f}",
-                                acc="/".join(f"{c / max(v, 1):.2f}" for c, v in zip(corr, val)),
-                                left=f"{budget.left():.0f}s")
-            if total_steps is not None and step >= total_steps:
-                stopped = True
-                break
-        rec = {"epoch": epoch, "steps": step, "partial": stopped and bi < steps_per_epoch - 1,
-               "train_loss": [round(s / max(v, 1), 4) for s, v in zip(loss_sum, val)],
-               "train_top1": [round(c / max(v, 1), 4) for c, v in zip(corr, val)],
-               "val_top1": evaluate(heads, va_x, va_lab, w)}
-        history.append(rec)
-        tqdm.write(f"epoch {epoch}: train top-1 {rec['train_top1']} val top-1 {rec['val_top1']}")
-        if stopped:
-            break
-    bar.close()
-    train_s = time.monotonic() - t_train
+        return range(steps_per_epoch)
+
+    def step(bi: int, sums: dict) -> None:  # one cross-entropy per head, on the frozen lm_head (bf16 GEMM)
+        idx = perm[bi * args.batch: (bi + 1) * args.batch]
+        x = tr_x[idx].float()
+        for h in range(k):
+            z = heads.head(h, x)
+            g, ls, c, v = chunked_ce_grad(z.detach(), w16, tr_lab[idx, h])
+            z.backward(g / max(v, 1))
+            sums["loss"][h] += ls
+            sums["correct"][h] += c
+            sums["n"][h] += v
+
+    def plan(step_s: float) -> int:
+        return int(budget.left() / (steps_per_epoch * step_s + eval_s) * steps_per_epoch)
+
+    loop = train_loop(
+        desc="medusa", opt=opt, budget=budget, lr=args.lr, warmup=args.warmup, steps_per_epoch=steps_per_epoch,
+        max_epochs=args.max_epochs, batches=batches, step=step, plan=plan, reserve=eval_s + 5, history=history,
+        new_sums=lambda: {"loss": [0.0] * k, "correct": [0] * k, "n": [0] * k},
+        postfix=lambda m: {"loss": f"{sum(m['loss']) / max(sum(m['n']), 1):.3f}",
+                           "acc": "/".join(f"{c / max(v, 1):.2f}" for c, v in zip(m["correct"], m["n"]))},
+        record=lambda epoch, m: {"train_loss": [round(s / max(v, 1), 4) for s, v in zip(m["loss"], m["n"])],
+                                 "train_top1": [round(c / max(v, 1), 4) for c, v in zip(m["correct"], m["n"])],
+                                 "val_top1": evaluate(heads, va_x, va_lab, w)})
+    step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
     final_val = history[-1]["val_top1"]
     heldout_top1 = evaluate(heads, heldout[0], heldout[1], w) if heldout else None
     if heldout_top1:
