@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import struct
 from typing import TYPE_CHECKING, Any
 
 from .errors import PluginContractError
+
+logger = logging.getLogger("vllm.spec_plugins")
 
 if TYPE_CHECKING:
     from .api import Drafter
@@ -76,6 +79,23 @@ def load_plugin_config(drafter: Drafter, checkpoint: str, revision: str | None =
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(checkpoint, **kwargs)
+
+
+def in_plugin_config_class(drafter: Drafter, hf: Any, checkpoint: str, revision: str | None = None) -> Any:
+    """``hf`` itself, or the draft config loaded again with the plugin's ``config_class`` when vLLM loaded it
+    with another (0.32 has its own classes for ``medusa`` and ``mlp_speculator``, read before AutoConfig): the
+    plugin's class wins, and an INFO line says so."""
+    if not drafter.config_class:
+        return hf
+    cls = import_class_path(drafter.config_class)
+    if isinstance(hf, cls):
+        return hf
+    before = f"{type(hf).__module__}.{type(hf).__qualname__}"
+    out = load_plugin_config(drafter, checkpoint, revision)
+    strip_stamps(out)
+    logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s instead of %s",
+                checkpoint, getattr(out, "model_type", None), drafter.plugin, drafter.config_class, before)
+    return out
 
 
 def resolve_dim(drafter: Drafter, hf_config: Any, dim: int | str, what: str) -> int:

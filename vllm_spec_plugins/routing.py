@@ -20,7 +20,8 @@ from .checkpoint import (
     CONFIG_STAMP,
     DIST_ATTR,
     PLUGIN_ATTR,
-    import_class_path,
+    in_plugin_config_class,
+    load_plugin_config,
     local_config,
     resolve_dim,
     strip_stamps,
@@ -394,7 +395,7 @@ def precheck_max_tokens(host: PluginHost, model: str | None, alias: str | None, 
         hf: Any = None
     elif drafter.config_class:
         try:
-            hf = import_class_path(drafter.config_class).from_pretrained(model)
+            hf = load_plugin_config(drafter, str(model))
         except Exception:  # noqa: BLE001
             return  # vLLM's loading reports what is wrong with the config
     else:
@@ -417,14 +418,8 @@ def fill_from_target(host: PluginHost, hf: Any, alias: str | None, tmc: Any, pat
         d = host.plugins[alias].drafters[0]
     if d is None:
         return hf
-    if d.config_class and path is not None:
-        cls = import_class_path(d.config_class)
-        if not isinstance(hf, cls):
-            before = f"{type(hf).__module__}.{type(hf).__qualname__}"
-            hf = cls.from_pretrained(str(path), revision=revision)
-            strip_stamps(hf)
-            logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
-                        "instead of %s", path, getattr(hf, "model_type", None), d.plugin, d.config_class, before)
+    if path is not None:
+        hf = in_plugin_config_class(d, hf, str(path), revision)
     for attr, value in (("hidden_size", tmc.get_hidden_size), ("vocab_size", tmc.get_vocab_size)):
         if getattr(hf, attr, None) is None:
             setattr(hf, attr, value())
@@ -477,16 +472,9 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
                 plugin_name=drafter.plugin, dist=drafter.display_dist)
     # Load the config with the plugin's own class when vLLM used another one (0.32 has its own classes for
     # 'medusa' and 'mlp_speculator', and loads them before AutoConfig): the plugin's class wins, and says so.
-    if drafter.config_class:
-        cls = import_class_path(drafter.config_class)
-        if not isinstance(hf, cls):
-            before = f"{type(hf).__module__}.{type(hf).__qualname__}"
-            hf = cls.from_pretrained(path, revision=getattr(dmc, "revision", None))
-            dmc.hf_config = hf
-            dmc.hf_text_config = hf
-            logger.info("vllm_spec_plugins: draft '%s' (model_type %r): config loaded with plugin '%s' class %s "
-                        "instead of %s", path, getattr(hf, "model_type", None), drafter.plugin, drafter.config_class,
-                        before)
+    reloaded = in_plugin_config_class(drafter, hf, path, getattr(dmc, "revision", None))
+    if reloaded is not hf:
+        hf = dmc.hf_config = dmc.hf_text_config = reloaded
     tmc = spec.target_model_config
     if getattr(hf, "hidden_size", None) is None:
         hf.hidden_size = tmc.get_hidden_size()

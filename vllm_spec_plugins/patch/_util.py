@@ -28,6 +28,17 @@ def is_patched(fn: Any) -> bool:
     return bool(getattr(fn, MARK, False))
 
 
+def _wrapper(original: Callable[..., Any], make: Callable[[Callable[..., Any]], Callable[..., Any]]
+             ) -> Callable[..., Any] | None:
+    """``make(original)``, marked and keeping ``__wrapped__``; None when ``original`` is one already."""
+    if is_patched(original):
+        return None
+    wrapper = make(original)
+    functools.update_wrapper(wrapper, original)  # also sets __wrapped__ = original
+    setattr(wrapper, MARK, True)
+    return wrapper
+
+
 def wrap_method(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
     """Replace ``owner.name`` by ``make(original)``, once.
 
@@ -35,14 +46,9 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable[..., Any]], Cal
     a second call sees the marker and does nothing. Returns whether it wrapped.
     """
     original = owner.__dict__.get(name)
-    if original is None:
-        original = getattr(owner, name)
-    if is_patched(original):
+    wrapper = _wrapper(original if original is not None else getattr(owner, name), make)
+    if wrapper is None:
         return False
-    wrapper = make(original)
-    functools.update_wrapper(wrapper, original)
-    setattr(wrapper, MARK, True)
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute (as functools sets it)
     setattr(owner, name, wrapper)
     APPLIED.append((owner.__module__, f"{owner.__qualname__}.{name}"))
     return True
@@ -51,12 +57,9 @@ def wrap_method(owner: type, name: str, make: Callable[[Callable[..., Any]], Cal
 def rebind_global(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
     """Replace the module global ``module.name`` (a function other code looks up at call time) by
     ``make(original)``, once; marked and recorded as :func:`wrap_method` does. Returns whether it did."""
-    original = getattr(module, name)
-    if is_patched(original):
+    wrapper = _wrapper(getattr(module, name), make)
+    if wrapper is None:
         return False
-    wrapper = make(original)
-    functools.update_wrapper(wrapper, original)
-    setattr(wrapper, MARK, True)
     setattr(module, name, wrapper)
     APPLIED.append((getattr(module, "__name__", repr(module)), name))
     return True
