@@ -68,11 +68,26 @@ def with_cpu_runtime(env: dict[str, str] | None = None,
     out = dict(os.environ if env is None else env)
     if out.get("VLLM_SPEC_PLUGINS_CPU_RUNTIME", "1") == "0":
         return out
-    have = [p for p in out.get("LD_PRELOAD", "").split(":") if p]
-    libs = [p for p in preload_libs(prefix) if p not in have]
-    if libs:
+    found = preload_libs(prefix)
+    have = _kept(out.get("LD_PRELOAD", ""), found)
+    libs = [p for p in found if p not in have]
+    if libs or have != _entries(out.get("LD_PRELOAD", "")):
         out["LD_PRELOAD"] = ":".join(libs + have)
     return out
+
+
+def _entries(preload: str) -> list[str]:
+    return [p for p in preload.split(":") if p]
+
+
+def _kept(preload: str, libs: list[str]) -> list[str]:
+    """The entries of ``preload`` that stay beside ``libs``: all, but GNU OpenMP (``libgomp``, which vLLM's CPU
+    platform preloads itself when no OpenMP is preloaded) once Intel OpenMP is among them: vLLM refuses to
+    start with both (``assert not (self.use_iomp and self.use_gomp)``)."""
+    entries = _entries(preload)
+    if any(os.path.basename(p) == IOMP for p in libs + entries):
+        entries = [p for p in entries if "libgomp" not in os.path.basename(p)]
+    return entries
 
 
 def preload_env(prefix: str | os.PathLike[str] | None = None) -> dict[str, str]:
@@ -86,4 +101,8 @@ def shell_line(prefix: str | os.PathLike[str] | None = None) -> str:
     libs = preload_libs(prefix)
     if not libs:
         return ""
-    return "export LD_PRELOAD=" + ":".join(libs) + '${LD_PRELOAD:+:$LD_PRELOAD}'
+    current = os.environ.get("LD_PRELOAD", "")  # the shell's that evals the line (this process inherited it)
+    kept = _kept(current, libs)
+    if kept == _entries(current):
+        return "export LD_PRELOAD=" + ":".join(libs) + '${LD_PRELOAD:+:$LD_PRELOAD}'
+    return "export LD_PRELOAD=" + ":".join(libs + [p for p in kept if p not in libs])  # libgomp dropped

@@ -24,6 +24,23 @@ def test_preload_finds_iomp_in_the_environment_and_keeps_an_existing_preload(tmp
         f"export LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4:{iomp}" + "${LD_PRELOAD:+:$LD_PRELOAD}"
 
 
+def test_gnu_openmp_already_preloaded_is_dropped_beside_intel_openmp(tmp_path, monkeypatch):
+    """vLLM refuses to start with both (its CPU platform preloads PyTorch's libgomp into os.environ when it builds
+    a config in process, and a shell or a parent process may carry it): the line and the environment drop it."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    monkeypatch.setattr(cpu_env, "find_tcmalloc", lambda: None)
+    iomp = str(tmp_path / "lib" / "libiomp5.so")
+    gomp = "/venv/lib/python3.11/site-packages/torch/lib/libgomp-a34b3233.so.1"
+    monkeypatch.setenv("LD_PRELOAD", f"{gomp}:/x/libfoo.so")
+    assert cpu_env.shell_line(tmp_path) == f"export LD_PRELOAD={iomp}:/x/libfoo.so"
+    assert cpu_env.with_cpu_runtime({"LD_PRELOAD": f"{gomp}:/x/libfoo.so"}, tmp_path)["LD_PRELOAD"] == \
+        f"{iomp}:/x/libfoo.so"
+    assert cpu_env.with_cpu_runtime({"LD_PRELOAD": f"{iomp}:{gomp}"}, tmp_path)["LD_PRELOAD"] == iomp
+    monkeypatch.setenv("LD_PRELOAD", "/x/libfoo.so")  # nothing to drop: the shell keeps its own value
+    assert cpu_env.shell_line(tmp_path) == f"export LD_PRELOAD={iomp}" + "${LD_PRELOAD:+:$LD_PRELOAD}"
+
+
 def test_nothing_found_means_no_line(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_env, "find_tcmalloc", lambda: None)
     assert cpu_env.preload_libs(tmp_path) == [] and cpu_env.shell_line(tmp_path) == ""
