@@ -48,6 +48,7 @@ def train_loop(*, desc: str, opt: Any, budget: Budget, lr: float, warmup: int, s
     ``steps`` and ``partial``). ``plan(step_s)``: how many steps fit, from the mean time of the first four
     (capped at ``steps_per_epoch * max_epochs``, at least 8).
     """
+    import torch
     from tqdm import tqdm
 
     out = LoopResult(history=history if history is not None else [])
@@ -64,8 +65,6 @@ def train_loop(*, desc: str, opt: Any, budget: Budget, lr: float, warmup: int, s
                 break
             step(b, sums)
             if clip is not None and params is not None:
-                import torch
-
                 torch.nn.utils.clip_grad_norm_(params, clip)
             if out.steps == 3 and out.total_steps is None:  # fix the schedule from the measured step time
                 step_s = (clock() - t_train) / 4

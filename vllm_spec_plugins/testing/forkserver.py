@@ -107,6 +107,8 @@ class _Server:
         self._buf = b""
         self._import_text: str | None = None
         self.used: list[str] = []
+        self.key = import_key(python, env)
+        self.busy = False  # running a job (under _lock)
 
     def _message(self, deadline: float | None) -> dict[str, Any] | None:
         """The next protocol line, or None at the deadline or if the server is gone."""
@@ -191,8 +193,7 @@ class _Server:
 
 #: Idle and busy servers, least recently used first. A server runs one job at a time: jobs run at the same
 #: time (threads) get servers of their own, up to :data:`MAX_SERVERS`, then plain subprocesses.
-_servers: list[tuple[ImportKey, _Server]] = []
-_busy: set[int] = set()
+_servers: list[_Server] = []
 _lock = threading.Lock()
 
 
@@ -200,26 +201,23 @@ def _server_for(python: str, env: dict[str, str]) -> _Server | None:
     """An idle server for the job (marked busy: :func:`_release` it), a new one, or None."""
     key = import_key(python, env)
     with _lock:
-        for i, (k, server) in enumerate(_servers):
-            if k != key or id(server) in _busy:
-                continue
+        for server in [s for s in _servers if s.key == key and not s.busy]:
             if server.alive() and server.serves(env):
-                _servers.append(_servers.pop(i))  # most recently used last
-                _busy.add(id(server))
+                _servers.remove(server)
+                _servers.append(server)  # most recently used last
+                server.busy = True
                 return server
-        for k, server in list(_servers):  # gone, or importing from entries the job lacks
-            if k == key and id(server) not in _busy:
-                _servers.remove((k, server))
-                server.close()
+            _servers.remove(server)  # gone, or importing from entries the job lacks
+            server.close()
         while len(_servers) >= MAX_SERVERS:
-            idle = next((e for e in _servers if id(e[1]) not in _busy), None)
+            idle = next((s for s in _servers if not s.busy), None)
             if idle is None:
                 return None  # every server is busy: a plain subprocess
             _servers.remove(idle)
-            idle[1].close()
+            idle.close()
         server = _Server(python, env)
-        _servers.append((key, server))
-        _busy.add(id(server))
+        server.busy = True
+        _servers.append(server)
     if not server.ready(timeout=300):
         _drop(server)
         return None
@@ -228,13 +226,13 @@ def _server_for(python: str, env: dict[str, str]) -> _Server | None:
 
 def _release(server: _Server) -> None:
     with _lock:
-        _busy.discard(id(server))
+        server.busy = False
 
 
 def _drop(server: _Server) -> None:
     with _lock:
-        _busy.discard(id(server))
-        _servers[:] = [e for e in _servers if e[1] is not server]
+        if server in _servers:
+            _servers.remove(server)
     server.close()
 
 
@@ -270,8 +268,7 @@ def run_module(python: str, module: str, argv: list[str], env: dict[str, str], t
 @atexit.register
 def _close_all() -> None:
     with _lock:
-        servers = [e[1] for e in _servers]
+        servers = list(_servers)
         _servers.clear()
-        _busy.clear()
     for server in servers:
         server.close()
