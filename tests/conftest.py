@@ -93,12 +93,22 @@ def _variant(path: Path) -> Path:
 TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_drafter")
 
 
+_SESSION_PRELOAD = os.environ.get("LD_PRELOAD")
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Each test leaves ``os.environ`` as it found it. Building a vLLM config in this process (the harness,
     ``check``, unit tests) lets vLLM's CPU platform write it: PyTorch's libgomp into ``LD_PRELOAD``,
     ``VLLM_WORKER_MULTIPROC_METHOD=spawn``... Engines started by a later test would inherit that (with Intel
-    OpenMP preloaded too, vLLM refuses to start), depending on which tests ran before in the same worker."""
+    OpenMP preloaded too, vLLM refuses to start), depending on which tests ran before in the same worker.
+    A module- or session-scoped fixture's config is built before this snapshot, so ``LD_PRELOAD`` is also put
+    back to the value this session started with before each test."""
+    if os.environ.get("LD_PRELOAD") != _SESSION_PRELOAD:
+        if _SESSION_PRELOAD is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = _SESSION_PRELOAD
     saved = dict(os.environ)
     yield
     if os.environ != saved:

@@ -20,6 +20,8 @@ def test_preload_finds_iomp_in_the_environment_and_keeps_an_existing_preload(tmp
     assert again["LD_PRELOAD"] == env["LD_PRELOAD"]  # no duplicates
     off = cpu_env.with_cpu_runtime({"VLLM_SPEC_PLUGINS_CPU_RUNTIME": "0"}, tmp_path)
     assert "LD_PRELOAD" not in off
+    # the line reads this process's LD_PRELOAD (a test worker's may carry the libgomp vLLM preloads): set it here
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
     assert cpu_env.shell_line(tmp_path) == \
         f"export LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4:{iomp}" + "${LD_PRELOAD:+:$LD_PRELOAD}"
 
