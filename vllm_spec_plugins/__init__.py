@@ -16,6 +16,7 @@ import pluggy
 from ._names import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
 from .api import (
     DEFAULT_INPUTS,
+    STEP_INPUTS,
     AttentionDraftModel,
     Drafter,
     ExtraInput,
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_INPUTS",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
+    "STEP_INPUTS",
     "AttentionDraftModel",
     "Drafter",
     "DuplicateArchitectureError",

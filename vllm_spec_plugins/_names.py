@@ -12,8 +12,10 @@ ENV_STRICT = "VLLM_SPEC_PLUGINS_STRICT"
 """``1``: a plugin drafter that fails at run time re-raises (engine fails) instead of turning speculation off."""
 ENV_RUNNER = "VLLM_SPEC_PLUGINS_RUNNER"
 """``auto`` (default) or ``v1``: the model runner plugin drafters may run on (:func:`vllm_spec_plugins.routing.runner_choice`)."""
-API_VERSION = 2
+API_VERSION = 3
 """Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
 attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and
-``ExtraInput(shape=None)`` (not checked) vs ``shape=()`` (scalar, checked). API-1 plugins work unchanged."""
+``ExtraInput(shape=None)`` (not checked) vs ``shape=()`` (scalar, checked). 3 added the ``num_drafts``
+forward parameter of ``heads`` drafters (:data:`vllm_spec_plugins.api.STEP_INPUTS`). API-1 and API-2
+plugins work unchanged."""
 SUPPORTED_VLLM = ((0, 32), (0, 33))

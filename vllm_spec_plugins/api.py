@@ -75,6 +75,20 @@ DEFAULT_INPUTS: dict[str, Source] = {
 }
 
 
+#: API 3. Forward parameters of ``heads`` drafters that the shim fills with a plain ``int`` of the step, not a
+#: tensor (bound by name, no declaration; only for plugins declaring ``VLLM_SPEC_API >= 3``).
+#: ``num_drafts``: how many draft tokens this step uses, ``1..num_speculative_tokens``, the same for every
+#: row. The adaptive policy (or vLLM's ``num_speculative_tokens_per_batch_size``) may choose fewer than
+#: ``num_speculative_tokens``; a sequential drafter stops after ``num_drafts`` heads and returns at least that
+#: many columns. It is the scheduler's decision, known on the host before the step: reading it needs no device
+#: sync, and a captured CUDA graph holds it as a constant (one graph per value, as vLLM captures one per ``k``
+#: for its own EAGLE loop).
+STEP_INPUTS: dict[str, str] = {
+    "num_drafts": "draft tokens this step uses (int, 1..num_speculative_tokens)",
+}
+NUM_DRAFTS = "num_drafts"
+
+
 #: Dtype names a declaration may use: ``"model"`` (the engine's dtype) or a torch dtype attribute name.
 DTYPE_NAMES: tuple[str, ...] = (
     "model", "float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16", "short",

@@ -343,9 +343,9 @@ def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: in
     """Every forward / state-carry hook parameter provided; declared shapes resolve (and match the source)."""
     from .checkpoint import resolve_shape
     from .errors import PluginContractError
-    from .runtime.inputs import bind
+    from .runtime.inputs import bind, loop_inputs_of
 
-    loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
+    loop_inputs = loop_inputs_of(d)
     aux = getattr(hf, d.aux_layer_ids, None) if (hf is not None and d.aux_layer_ids) else None
     shapes = hf is not None and hidden is not None
     common: dict[str, Any] = dict(hf_config=hf if shapes else None, hidden_size=hidden or 0,
@@ -366,7 +366,9 @@ def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: in
             continue
         parts = []
         for b in bindings:
-            if b.source is None:
+            if b.source is None and d.kind == "heads":
+                parts.append(f"{b.param} <- the step's number of drafts (int, API 3)")
+            elif b.source is None:
                 parts.append(f"{b.param} <- vLLM's drafting loop")
             else:
                 src = f"state {b.state!r}" if b.source is Source.STATE else b.source.value
@@ -613,7 +615,7 @@ def doctor(manifest: bool = True) -> Report:
 
 def _drafter_problems(d: Drafter) -> list[str]:
     from .errors import PluginContractError
-    from .runtime.inputs import bind
+    from .runtime.inputs import bind, loop_inputs_of
 
     out = []
     arch = d.architectures[0]
@@ -626,7 +628,7 @@ def _drafter_problems(d: Drafter) -> list[str]:
         cls = import_class_path(d.model_class)
     except Exception as e:  # noqa: BLE001
         return out + [f"{arch}: model class {d.model_class} fails to import: {_err(e)}"]
-    loop_inputs = ("input_ids", "positions", "hidden_states", "inputs_embeds") if d.kind == "attention" else ()
+    loop_inputs = loop_inputs_of(d)
     common: dict[str, Any] = dict(hf_config=None, hidden_size=0, num_aux=0, num_spec_tokens=0)
     fns: list[tuple[str, Any, dict[str, Any]]] = [("forward", getattr(cls, "forward", None), dict(loop_inputs=loop_inputs))]
     if d.state:

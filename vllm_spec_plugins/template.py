@@ -65,7 +65,7 @@ _FILES["src/{pkg}/__init__.py"] = '''\
 from vllm_spec_plugins import Drafter, hookimpl
 
 __version__ = "0.1.0"
-VLLM_SPEC_API = 2
+VLLM_SPEC_API = 3
 
 
 @hookimpl
@@ -129,10 +129,14 @@ class {camel}Drafter(nn.Module):
         """Called once after loading, before any forward: keep what is needed from the target."""
         self.compute_logits = target_model.compute_logits
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """``hidden_states [num_reqs, hidden]`` -> draft token ids ``[num_reqs, num_heads]``."""
+    def forward(self, hidden_states: torch.Tensor, num_drafts: int | None = None) -> torch.Tensor:
+        """``hidden_states [num_reqs, hidden]`` -> draft token ids ``[num_reqs, num_drafts]``.
+
+        ``num_drafts`` (API 3): the draft tokens this step uses (the drafting policy may ask for fewer
+        than ``num_heads``); the heads after it are not run."""
+        blocks = self.blocks[:num_drafts] if num_drafts else self.blocks
         drafts = [self.compute_logits(hidden_states + self.act(block(hidden_states))).argmax(dim=-1)
-                  for block in self.blocks]
+                  for block in blocks]
         return torch.stack(drafts, dim=1)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

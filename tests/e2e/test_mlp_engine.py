@@ -34,7 +34,7 @@ def _run(tiny, draft, tmp_path_factory, **kw):
     trace = tmp_path_factory.mktemp("mlp-trace")
     spec = {"model": str(tiny[draft]), "num_speculative_tokens": kw.pop("k", 3), **kw.pop("spec", {})}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   env={TRACE: str(trace), **POLICY_OFF}, **kw)
+                   env={TRACE: str(trace), **kw.pop("policy", POLICY_OFF)}, **kw)
     return r, trace
 
 
@@ -52,8 +52,10 @@ def tied(tiny, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tp2(tiny, tmp_path_factory):
-    """Tensor parallel 2 (two CPU workers); tied weights stored at every index, pytorch_model.bin."""
-    return _run(tiny, "mlp_tied_all", tmp_path_factory, tensor_parallel_size=2)
+    """Tensor parallel 2 (two CPU workers); tied weights stored at every index, pytorch_model.bin; every step
+    pinned to k=2 of K=3, so the forward is told num_drafts=2 (API 3) on both ranks."""
+    return _run(tiny, "mlp_tied_all", tmp_path_factory, tensor_parallel_size=2,
+                policy={"VLLM_SPEC_PLUGINS_POLICY": "2"})
 
 
 def _compare(tiny, draft, trace, k, prefix=""):
@@ -135,7 +137,10 @@ def test_tensor_parallel_2(tiny, baseline, tp2):
     assert r.metrics["accepted"] > 0
     ranks = {p.name.split("-")[0] for p in trace.glob("*.pt")}
     assert ranks == {"r0", "r1"}, ranks  # both workers drafted
-    _compare(tiny, "mlp_tied_all", trace, 3)
+    assert r.metrics["draft_tokens"] == 2 * r.metrics["drafts"]  # k=2 verified per drafting step
+    _, records, _ = _compare(tiny, "mlp_tied_all", trace, 2)  # both ranks' records
+    drafted = [rec for rec in records if rec["drafts"].shape[1]]
+    assert drafted and all(rec["num_drafts"] == rec["forward_columns"] == 2 for rec in drafted)
     if _vllm_minor() == (0, 32):  # 0.32 sets draft TP 1 for mlp_speculator; heads drafters use the target's
         assert "draft tensor parallel size 1 -> 2" in r.log
 

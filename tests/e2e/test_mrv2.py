@@ -44,14 +44,19 @@ def _by_request(records):
             for rec in records]
 
 
-@pytest.fixture(scope="module", params=[("medusa", "medusa"), ("mlp", "mlp_speculator")], ids=["medusa", "mlp"])
+#: The MLP speculator runs with every step pinned to k=2 of K=3 (the policy's per-step k, API 3 num_drafts).
+HEADS = {"medusa": ("medusa", POLICY_OFF, 3), "mlp": ("mlp_speculator", {"VLLM_SPEC_PLUGINS_POLICY": "2"}, 2)}
+
+
+@pytest.fixture(scope="module", params=list(HEADS))
 def heads(request, tiny, tmp_path_factory):
-    draft, plugin = request.param
+    draft = request.param
+    plugin, policy, _ = HEADS[draft]
     runs = {}
     for runner in ("v1", "v2"):
         trace = tmp_path_factory.mktemp(f"{draft}-{runner}")
         r = run_engine(tiny["target"], speculative_config=_spec(tiny, draft), prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                       env={**POLICY_OFF, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)}, runner=runner)
+                       env={**policy, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)}, runner=runner)
         runs[runner] = (r, load_trace(trace))
     return plugin, runs
 
@@ -66,8 +71,13 @@ def test_heads_plugin_on_mrv2_output_equals_no_speculation(heads, base_v2):
 
 
 def test_heads_plugin_same_drafts_on_v1_and_mrv2(heads):
-    _, runs = heads
+    plugin, runs = heads
     (v1, rec1), (v2, rec2) = runs["v1"], runs["v2"]
+    k = next(k for p, _, k in HEADS.values() if p == plugin)
+    for records in (rec1, rec2):  # the forward was told the step's k and ran only those heads
+        drafted = [rec for rec in records if rec["drafts"].shape[1]]
+        assert drafted and all(rec["num_drafts"] == rec["forward_columns"] == k for rec in drafted)
+        assert all(rec["drafts"].shape[1] == k for rec in drafted)
     assert "Model Runner V2" not in v1.log
     assert v1.metrics["drafts"] == v2.metrics["drafts"] and v1.accepted_per_pos == v2.accepted_per_pos
     assert len(rec1) == len(rec2) > 0

@@ -280,3 +280,31 @@ def test_api2_token_sources():
         (Source.TOKEN_IDS_ALL, (), "int32"), (Source.NUM_SCHEDULED_TOKENS, (), "int32"),
         (Source.NUM_REJECTED, (), "int32")]
     assert Source.TOKEN_IDS_ALL.rows == "token" and Source.NUM_REJECTED.rows == "request"
+
+
+def test_api3_num_drafts_is_the_steps_k_for_heads_drafters_only():
+    """API 3: ``num_drafts`` is passed by the shim (no buffer); older plugins and attention drafters never get
+    it, and a declared extra input cannot take its name."""
+    from vllm_spec_plugins.runtime.inputs import loop_inputs_of
+
+    def forward(self, hidden_states, num_drafts):
+        ...
+
+    def optional(self, hidden_states, num_drafts=None):
+        ...
+
+    for api in (0, 3):
+        d = dataclasses.replace(make(), api=api)
+        out = run(d, forward, loop_inputs=loop_inputs_of(d))
+        assert out[1] == Binding("num_drafts", None)
+    api2 = dataclasses.replace(make(), api=2)
+    assert loop_inputs_of(api2) == ()
+    assert [b.param for b in run(api2, optional, loop_inputs=loop_inputs_of(api2))] == ["hidden_states"]
+    with pytest.raises(PluginContractError, match="takes parameter 'num_drafts', which nothing provides"):
+        run(api2, forward, loop_inputs=loop_inputs_of(api2))
+    attention = dataclasses.replace(make(kind="attention"), api=3)
+    assert "num_drafts" not in loop_inputs_of(attention)
+    clash = dataclasses.replace(make(extra_inputs=(ExtraInput(name="num_drafts", source=Source.NUM_ACCEPTED),)),
+                                api=3)
+    with pytest.raises(PluginContractError, match="extra input 'num_drafts' has the name of a step input"):
+        run(clash, forward, loop_inputs=loop_inputs_of(clash))

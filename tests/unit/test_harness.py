@@ -51,6 +51,7 @@ def test_check_with_target_loads_the_checkpoint(ck):
     assert "vLLM method 'draft_model', 3 speculative tokens" in items["engine config"].detail
     assert "vllm_spec_medusa.config.MedusaConfig" in items["engine config"].detail
     assert items["weights"].status == "ok" and "every one loaded" in items["weights"].detail
+    assert "num_drafts <- the step's number of drafts (int, API 3)" in items["forward"].detail
 
 
 def test_check_with_target_state_drafter(ck):
@@ -238,3 +239,49 @@ def test_check_with_target_runs_the_engines_trial_forward(ck, tmp_path):
     assert (f"draft '{draft}' (plugin 'medusa', vllm-spec-medusa 0.1.0, model class "
             f"vllm_spec_medusa.model:MedusaDraftModel) failed its trial forward at start-up") in trial.detail
     assert _items(diagnose.check_checkpoint(str(ck["medusa"]), str(ck["target"])))["trial forward"].status == "ok"
+
+
+def test_harness_medusa_runs_only_the_heads_the_step_uses(ck):
+    """API 3: the forward gets the step's k as ``num_drafts``; Medusa runs that many heads, and their drafts
+    are the first columns of a full step's."""
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    h = DrafterHarness(ck["target"], ck["medusa"], num_speculative_tokens=3)
+    assert h.proposer.takes_num_drafts
+    calls = []
+    for i, block in enumerate(h.model.blocks):
+        block.register_forward_hook(lambda mod, args, out, i=i: calls.append(i))
+    hidden = torch.randn(2, 128, generator=torch.Generator().manual_seed(2)) * 3
+    full = h.step(["a", "b"], hidden_states=hidden)
+    assert calls == [0, 1, 2] and full.drafts.shape == (2, 3)
+    for k in (1, 2):
+        calls.clear()
+        out = h.step(["a", "b"], hidden_states=hidden, num_drafts=k)
+        assert calls == list(range(k)), (k, calls)
+        assert torch.equal(out.drafts, full.drafts[:, :k])
+    calls.clear()
+    assert h.step(["a", "b"], hidden_states=hidden, num_drafts=0).drafts.shape == (2, 0) and calls == []
+    with pytest.raises(ValueError, match=r"num_drafts=4 is outside 0\.\.3"):
+        h.step(["a"], num_drafts=4)
+
+
+def test_trial_forward_refuses_a_drafter_that_breaks_below_k(ck, monkeypatch):
+    """The start-up trial also asks a ``num_drafts`` forward for one draft: one that returns fewer columns
+    than it was asked for is refused at load, naming the plugin (not at the first step the policy cuts k)."""
+    from vllm_spec_medusa.model import MedusaDraftModel
+
+    from vllm_spec_plugins.errors import PluginLoadError
+    from vllm_spec_plugins.testing.harness import DrafterHarness
+
+    full = MedusaDraftModel.forward
+
+    def broken(self, hidden_states, num_drafts=None):
+        out = full(self, hidden_states)
+        return out if num_drafts == self.num_heads else out[:, :0]  # nothing below the full k
+
+    monkeypatch.setattr(MedusaDraftModel, "forward", broken)
+    with pytest.raises(PluginLoadError) as e:
+        DrafterHarness(ck["target"], ck["medusa"], num_speculative_tokens=3)
+    msg = str(e.value)
+    assert "plugin 'medusa', vllm-spec-medusa 0.1.0" in msg and "failed its trial forward at start-up" in msg
+    assert "returned shape [1, 0]; expected draft token ids [num_reqs=1, k>=1] (it was passed num_drafts=1)" in msg

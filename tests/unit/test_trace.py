@@ -36,7 +36,7 @@ def test_record_loads_with_weights_only(tmp_path):
                                                                        "token_indices_to_sample": None})
     assert p._trace_hook is None  # consumed: the next step records its own hook call
     rec = torch.load(path, weights_only=True)
-    assert rec["schema"] == trace.TRACE_SCHEMA == 2
+    assert rec["schema"] == trace.TRACE_SCHEMA == 3
     assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
     assert rec["req_ids"] == ["a-1234", "b-5678"]
     assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
@@ -47,6 +47,12 @@ def test_record_loads_with_weights_only(tmp_path):
     assert rec["hook_inputs"]["acc"].tolist() == [[0, 0], [0, 0]] and rec["hook_outputs"]["acc"].shape == (2, 2)
     assert rec["query_start_loc"].tolist() == [0, 2, 3] and rec["token_indices_to_sample"] is None
     assert trace.load_trace(tmp_path)[0]["step"] == 7
+    assert rec["num_drafts"] is None and rec["forward_columns"] is None  # a forward without num_drafts (set below)
+    p.takes_num_drafts, p._forward_columns = True, 3
+    rec = torch.load(trace.save_record(p, 2, 3, torch.tensor([[1, 2], [3, 4]])), weights_only=True)
+    assert (rec["num_drafts"], rec["forward_columns"]) == (2, 3)  # told k=2, returned 3 columns (cut to 2)
+    empty = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
+    assert (empty["num_drafts"], empty["forward_columns"]) == (None, None)  # k = 0: no forward ran
 
 
 def test_base_request_id():

@@ -23,13 +23,13 @@ import torch
 from vllm.forward_context import set_forward_context
 
 from .._names import ENV_TRACE_DIR
-from ..api import Drafter, Source, model_class_error, model_class_gaps
+from ..api import NUM_DRAFTS, Drafter, Source, model_class_error, model_class_gaps
 from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from . import trace
 from .guard import DraftGuard
-from .inputs import Binding, bind, needs_aux, token_rows
+from .inputs import Binding, bind, loop_inputs_of, needs_aux, token_rows
 from .state import TOKEN_SOURCES, StatePool, StateRow, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
@@ -113,7 +113,7 @@ class DrafterRuntime:
     needs_aux_hidden_states = False
 
     def _setup_plugin(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter, *,
-                      request_rows: int, loop_inputs: tuple[str, ...] = ()) -> None:
+                      request_rows: int) -> None:
         self.runner = runner
         self.drafter = drafter
         self.model_cls = _import_class(drafter)
@@ -121,8 +121,11 @@ class DrafterRuntime:
         aux_ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or []
         common = dict(hf_config=hf, hidden_size=vllm_config.model_config.get_hidden_size(), num_aux=len(aux_ids),
                       num_spec_tokens=self.num_speculative_tokens)
-        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True, loop_inputs=loop_inputs,
-                                     **common)
+        self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True,
+                                     loop_inputs=loop_inputs_of(drafter), **common)
+        #: API 3: the forward takes ``num_drafts`` (heads drafters), passed the step's k
+        self.takes_num_drafts = any(b.param == NUM_DRAFTS and b.source is None for b in self.forward_bindings)
+        self._forward_columns: int | None = None  # columns the last heads forward returned (the trace's)
         self.update_bindings: list[Binding] = []
         if drafter.state:
             self.update_bindings = bind(drafter, state_hook(drafter, self.model_cls), state_params=True, **common)
@@ -406,14 +409,24 @@ class HeadsRuntime(DrafterRuntime):
         buf[:rows].fill_(tokens // rows)
         buf[0] += tokens - rows * (tokens // rows)
 
+    def _forward_kwargs(self, rows: int, tokens: int, k: int) -> dict[str, Any]:
+        """The forward's inputs: buffer slices, and (API 3) ``num_drafts=k`` when it asks for it."""
+        kwargs: dict[str, Any] = self._kwargs(self.forward_bindings, rows, tokens)
+        if self.takes_num_drafts:
+            kwargs[NUM_DRAFTS] = k
+        return kwargs
+
     def _trial_heads(self) -> None:
-        """State-carry hook and forward on one row of the static buffers; the drafts must be target ids."""
+        """State-carry hook and forward on one row of the static buffers; the drafts must be target ids.
+        A forward taking ``num_drafts`` is tried with 1 too: it must return at least that many columns."""
         k = self.num_speculative_tokens
         self._dummy_counts(1, 1)
         with set_forward_context(None, self.vllm_config, num_tokens=1):
             if self.update_bindings:
                 self._checked_update(1, 1, trial=True)
-            out = self.model(**self._kwargs(self.forward_bindings, 1, 1))
+            out = self.model(**self._forward_kwargs(1, 1, k))
+            if self.takes_num_drafts and k > 1:
+                self._to_drafts(self.model(**self._forward_kwargs(1, 1, 1)), 1, 1)
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3 \
                 and out.shape[-1] > self.target_vocab_size:
             raise self._load_error(f"returns logits over {out.shape[-1]} tokens, more than the target's vocabulary")
@@ -433,11 +446,12 @@ class HeadsRuntime(DrafterRuntime):
         with set_forward_context(None, self.vllm_config, num_tokens=rows):
             if self.update_bindings:
                 getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
-            self.model(**self._kwargs(self.forward_bindings, rows, tokens))
+            self.model(**self._forward_kwargs(rows, tokens, self.num_speculative_tokens))
 
     def _forward_drafts(self, B: int, T: int, k: int) -> torch.Tensor:
         with set_forward_context(None, self.vllm_config, num_tokens=B):
-            out = self.model(**self._kwargs(self.forward_bindings, B, T))
+            out = self.model(**self._forward_kwargs(B, T, k))
+        self._forward_columns = int(out.shape[1]) if isinstance(out, torch.Tensor) and out.dim() >= 2 else None
         return self._to_drafts(out, B, k)
 
     def _to_drafts(self, out: object, B: int, k: int) -> torch.Tensor:
@@ -460,15 +474,12 @@ class HeadsRuntime(DrafterRuntime):
                     plugin_name=d.plugin, dist=d.display_dist)
             out = out.argmax(dim=-1)
         if out.dim() != 2 or out.shape[0] != B or out.shape[1] < k:
+            asked = f" (it was passed num_drafts={k})" if self.takes_num_drafts else ""
             raise PluginContractError(
                 f"vllm_spec_plugins: {d.culprit()}: forward() returned shape "
-                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]",
+                f"{list(out.shape)}; expected draft token ids [num_reqs={B}, k>={k}]{asked}",
                 plugin_name=d.plugin, dist=d.display_dist)
         return out[:, :k].to(torch.int64)
-
-
-#: What vLLM's EAGLE loop passes to the draft model itself, in every pass.
-LOOP_INPUTS = ("input_ids", "positions", "hidden_states", "inputs_embeds")
 
 
 class AttentionDrafterAdapter(torch.nn.Module):
@@ -532,7 +543,7 @@ class AttentionRuntime(DrafterRuntime):
 
     def _setup_attention(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter) -> None:
         rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs
-        self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows, loop_inputs=LOOP_INPUTS)
+        self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows)
         self.combines_target_layers = bool(drafter.aux_layer_ids)
         if self.combines_target_layers and not callable(getattr(self.model_cls, "combine_hidden_states", None)):
             raise PluginContractError(

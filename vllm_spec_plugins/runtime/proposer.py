@@ -21,7 +21,7 @@ from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
 from ..api import Drafter
 from ..routing import ATTENTION_METHOD
-from .core import LOOP_INPUTS, AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
+from .core import AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
 
 if TYPE_CHECKING:
     #: What vLLM's ``propose`` takes as ``mm_embed_inputs`` and ``slot_mappings`` (passed through as they are).

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 2
+TRACE_SCHEMA = 3
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
-``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``."""
+``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
+``num_drafts`` and ``forward_columns`` (heads drafters)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -47,6 +48,8 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
                   if p.pool is not None else {}),
         "hook_inputs": hook.get("hook_inputs", {}),
         "hook_outputs": hook.get("hook_outputs", {}),
+        "num_drafts": int(drafts.shape[1]) if getattr(p, "takes_num_drafts", False) and drafts.shape[1] else None,
+        "forward_columns": (getattr(p, "_forward_columns", None) if d.kind == "heads" and drafts.shape[1] else None),
     }
     for name, value in record["inputs"].items():  # schema 1: forward inputs at the top level, by parameter
         record.setdefault(name, value)

@@ -89,7 +89,8 @@ class DrafterHarness:
 
     def step(self, req_ids: list[str], *, sampled: Any = None, num_new: Any = None, query_lens: Any = None,
              hidden_states: Any = None, aux_hidden_states: Any = None, positions: Any = None,
-             token_ids: Any = None, num_rejected: Any = None, seed: int | None = 0) -> StepResult:
+             token_ids: Any = None, num_rejected: Any = None, seed: int | None = 0,
+             num_drafts: int | None = None) -> StepResult:
         """One drafting step over the requests ``req_ids`` (batch rows in this order).
 
         Args:
@@ -109,6 +110,9 @@ class DrafterHarness:
             token_ids: the scheduled tokens' ids ``[num_tokens]`` (``TOKEN_IDS_ALL``; default: random).
             num_rejected: per request, how many trailing scheduled tokens were rejected drafts
                 (``NUM_REJECTED``; default: none).
+            num_drafts: the step's k, ``0..num_speculative_tokens`` (default: all of them): what the drafting
+                policy chose. A forward taking ``num_drafts`` (API 3) receives it; the drafts returned have
+                that many columns (0: the forward is skipped, the state-carry hook still runs).
         """
         import torch
         from vllm.config import set_current_vllm_config
@@ -159,7 +163,10 @@ class DrafterHarness:
             setattr(p.model, self.drafter.update_state, spy)
         try:
             with set_current_vllm_config(self.vllm_config):
-                drafts = p.propose(self.k, token_ids, positions, hidden_states, last, None,
+                k = self.k if num_drafts is None else int(num_drafts)
+                if not 0 <= k <= self.k:
+                    raise ValueError(f"Harness.step: num_drafts={k} is outside 0..{self.k} (num_speculative_tokens)")
+                drafts = p.propose(k, token_ids, positions, hidden_states, last, None,
                                    _AttnMeta(qsl, T), None, num_rejected_tokens_gpu=num_rejected)
         finally:
             if p.update_bindings:

@@ -8,7 +8,7 @@ FasterDecoding checkpoint layout.
 from vllm_spec_plugins import Drafter, hookimpl
 
 __version__ = "0.1.0"
-VLLM_SPEC_API = 1
+VLLM_SPEC_API = 3  # forward(num_drafts=) runs only the heads the step uses
 
 
 @hookimpl

@@ -53,9 +53,10 @@ class ResidualBlock(nn.Module):
 class MedusaDraftModel(nn.Module):
     """Medusa-1 heads over the target's final hidden state at the last accepted token.
 
-    ``forward(hidden_states [num_reqs, hidden]) -> draft token ids [num_reqs, k]``: head ``i``
-    proposes the token ``i + 1`` places after the next token. Only the first
-    ``num_speculative_tokens`` heads are built and run.
+    ``forward(hidden_states [num_reqs, hidden], num_drafts) -> draft token ids [num_reqs, num_drafts]``:
+    head ``i`` proposes the token ``i + 1`` places after the next token. Only the first
+    ``num_speculative_tokens`` heads are built, and only the first ``num_drafts`` (the step's k, API 3)
+    run.
     """
 
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
@@ -81,9 +82,11 @@ class MedusaDraftModel(nn.Module):
         self.token_map: torch.Tensor | None = None
         self._lm_head_from_target = False
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, num_drafts: int | None = None) -> torch.Tensor:
+        n = self.num_heads if num_drafts is None else min(num_drafts, self.num_heads)
         drafts = []
-        for block, lm_head in zip(self.blocks, self.lm_heads):
+        for i in range(n):
+            block, lm_head = self.blocks[i], self.lm_heads[i]
             logits = self.logits_processor(lm_head, block(hidden_states))
             drafts.append(logits.argmax(dim=-1))
         out = torch.stack(drafts, dim=1)

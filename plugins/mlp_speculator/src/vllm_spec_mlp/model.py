@@ -79,10 +79,11 @@ class SpeculatorNorm(nn.Module):
 
 
 class MLPSpeculatorDraftModel(nn.Module):
-    """IBM's MLP speculator: ``forward(hidden_states [num_reqs, emb_dim], next_token_ids [num_reqs])
-    -> draft token ids [num_reqs, k]``.
+    """IBM's MLP speculator: ``forward(hidden_states [num_reqs, emb_dim], next_token_ids [num_reqs], num_drafts)
+    -> draft token ids [num_reqs, num_drafts]``.
 
-    Only the first ``k = num_speculative_tokens`` heads are built and run. Built from vLLM's
+    Only the first ``k = num_speculative_tokens`` heads are built, and only the first ``num_drafts`` (the
+    step's k, API 3) run: each head feeds the next, so the first ``num_drafts`` drafts are the same either way. Built from vLLM's
     parallel layers (vocab-parallel embeddings and heads, replicated projections and norms), so
     it runs under tensor parallelism with the target's TP group.
     """
@@ -145,13 +146,14 @@ class MLPSpeculatorDraftModel(nn.Module):
         self.act = nn.GELU()
         self.logits_processor = LogitsProcessor(self.vocab_size)
 
-    def forward(self, hidden_states: torch.Tensor, next_token_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, next_token_ids: torch.Tensor,
+                num_drafts: int | None = None) -> torch.Tensor:
         state = hidden_states
         if self.ln0 is not None:
             state = self.ln0(state) / math.sqrt(2)
         tokens = next_token_ids
         drafts = []
-        for i in range(self.k):
+        for i in range(self.k if num_drafts is None else min(num_drafts, self.k)):
             z = self.emb[i](tokens)
             state = torch.add(self.proj[i](state), z, alpha=self.alpha)
             state = self.act(self.ln[i](state))
