@@ -95,7 +95,13 @@ class PolicySettings:
     min_samples: int = 3
     """Steady samples of a ``(bucket, k)`` cell before it is trusted."""
     probe_steps: int = 2
-    """Steps a probe lasts (the first switches ``k``; the second is steady and timed)."""
+    """Steps a probe lasts at least (the first switches ``k``; the second is steady and timed)."""
+    probe_drafts: int = 8
+    """A probe of ``k > 0`` lasts until this many draft positions were verified during it, counted over its
+    requests (at most ``probe_max_steps`` steps): a batch of 8 sees them in one step, a lone request in
+    several. A probe of a fixed number of steps saw one or two drafts at batch 1, and one rejection could
+    keep drafting off (or at a smaller ``k``) until the next probe."""
+    probe_max_steps: int = 16
     probe_interval: int = 16
     max_probe_interval: int = 512
     hysteresis: float = 0.02
@@ -242,6 +248,8 @@ class AdaptivePolicy:
         self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
         self._probe_k: int | None = None
         self._probe_left = 0
+        self._probe_seen = 0  # draft positions verified since the probe began
+        self._probe_taken = 0  # its steps so far
         self._probe_bucket: int | None = None
         self._b = 0
         # step timing
@@ -380,11 +388,15 @@ class AdaptivePolicy:
         bk = self.buckets.get(bucket)
         if bk is None:
             bk = self._new_bucket(bucket)
-        if self._probe_left > 0 and self._probe_bucket == bucket and self._probe_k is not None:
-            self._probe_left -= 1
+        if self._probe_bucket == bucket and self._probe_k is not None and (
+                self._probe_left > 0 or (self._probe_k > 0 and self._probe_seen < cfg.probe_drafts
+                                         and self._probe_taken < cfg.probe_max_steps)):
+            self._probe_left = max(self._probe_left - 1, 0)
+            self._probe_taken += 1
             self.probe_steps += 1
             return self._probe_k
         self._probe_left = 0
+        self._probe_k = None
         rates = self.rates(bucket)
         if 0 not in rates or self.k_max not in rates:
             # Nothing to go by (the first batch size seen): measure the user's K, then plain decoding.
@@ -440,8 +452,19 @@ class AdaptivePolicy:
         costs = self.costs(bucket)
         if probe not in costs or best not in costs or costs[best] <= 0:
             return 0
-        extra = self.cfg.probe_steps * max(costs[probe] / costs[best] - 1.0, 0.0)
+        extra = self._probe_length(bucket, probe) * max(costs[probe] / costs[best] - 1.0, 0.0)
         return int(extra / self.cfg.probe_budget) + 1 if extra > 0 else 0
+
+    def _probe_length(self, bucket: int, k: int) -> int:
+        """Steps a probe of ``k`` is expected to last: ``probe_drafts`` verified positions at ``bucket``'s
+        batch size (each request verifies ``E(k - 1)`` positions a step), within ``probe_steps`` ..
+        ``probe_max_steps``."""
+        cfg = self.cfg
+        if k <= 0:
+            return cfg.probe_steps
+        per_step = max(bucket, 1) * self.expected_tokens(self.alphas(), k - 1)
+        need = 1 + math.ceil(cfg.probe_drafts / per_step)  # its first step verifies the drafts made before it
+        return max(cfg.probe_steps, min(cfg.probe_max_steps, need))
 
     def _new_bucket(self, bucket: int) -> _Bucket:
         """A batch size seen for the first time probes as rarely as the most confident bucket so far:
@@ -454,6 +477,8 @@ class AdaptivePolicy:
     def _explore(self, bucket: int, k: int, steps: int) -> int:
         self._probe_k = k
         self._probe_left = steps - 1
+        self._probe_seen = 0
+        self._probe_taken = 1
         self._probe_bucket = bucket
         self.probe_steps += 1
         return k
@@ -555,6 +580,8 @@ class AdaptivePolicy:
         for j in range(n):
             r.accepted[j] *= self.cfg.request_decay
             r.verified[j] *= self.cfg.request_decay
+        if self._probe_k:
+            self._probe_seen += min(a + 1, n)
         for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
             ok = 1.0 if j < a else 0.0
             self.acc_s[j] += ok

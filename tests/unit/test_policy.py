@@ -335,12 +335,13 @@ def test_a_close_runner_up_is_probed_often_a_clear_loser_rarely():
             pol.begin_step()
             ks.append(pol.decide(1))
         assert bk.best == 2
-        return ks.count(1), ks.count(0)
+        starts = [k for prev, k in zip([2] + ks, ks) if k != prev]  # the k of each probe (no verification here,
+        return starts.count(1), starts.count(0)                     # so each lasts probe_max_steps)
 
     close_1, close_0 = probes(0.0565)  # k=1: 1.327x, within 5 % of k=2
     far_1, far_0 = probes(0.0700)  # k=1: 1.071x
-    assert close_1 >= 2 * 3000 // 64 - 4 and close_0 == 0
-    assert far_1 + far_0 <= 2 * 10
+    assert close_1 >= 3000 // 64 - 2 and close_0 == 0
+    assert far_1 + far_0 <= 10
 
 
 def test_a_larger_batch_does_not_keep_drafting_on_ratios_borrowed_from_a_small_one():
@@ -354,8 +355,10 @@ def test_a_larger_batch_does_not_keep_drafting_on_ratios_borrowed_from_a_small_o
     simulate(pol, clock, steps=300, b=1, cost=cost, alpha=lambda s: 0.6)
     assert pol.buckets[1].best == 2
     out = simulate(pol, clock, steps=60, b=8, cost=cost, alpha=lambda s: 0.6, start=300)
-    assert pol.buckets[8].best == 0, pol.summary()["buckets"]["8"]
-    assert out["ks"][20:].count(0) >= 38, out["ks"]
+    assert out["ks"][:5].count(0) >= 3, out["ks"]  # its own plain step first
+    # not b=1's k=2 (0.98x plain here); k=1 is 1.08x plain at b=8 (E(1) = 1.6 tokens for 1.48x the time)
+    assert pol.buckets[8].best in (0, 1), pol.summary()["buckets"]["8"]
+    assert out["ks"][20:].count(2) <= 4, out["ks"]
     plain = fixed(0, steps=60, b=8, cost=cost, alpha=lambda s: 0.6)["rate"]
     assert out["rate"] >= 0.9 * plain
 
@@ -409,3 +412,51 @@ def test_an_ordinary_drafter_keeps_its_probe_schedule():
     pol = AdaptivePolicy(3, PolicySettings(), clock=clock)
     simulate(pol, clock, steps=2000, b=1, cost=lambda b, kv, kd: 0.01 * (1 + kd / 3), alpha=lambda s: 0.1)
     assert pol.probe_interval_cost_bound == 0
+
+
+def test_a_probe_lasts_until_it_has_seen_enough_drafts():
+    """At batch 1 a probe of two steps verified one or two drafts: it now lasts until ``probe_drafts``
+    positions were verified (at most ``probe_max_steps``); at batch 8 one step sees them."""
+    def probe_length(b: int, accept: bool) -> int:
+        pol = AdaptivePolicy(3, PolicySettings(probe_drafts=8, probe_max_steps=16))
+        pol.begin_step()
+        pol._explore(bucket_of(b), 1, pol.cfg.probe_steps)
+        n = 1
+        while True:
+            for r in range(b):  # each request verifies its one draft (accepted or not)
+                pol.observe_request(f"r{r}", 1, int(accept))
+            pol.end_step(b=b, k_drafted=1, k_verified=1, pure_decode=True)
+            pol.begin_step()
+            if pol.decide(b) != 1 or pol._probe_k is None:
+                return n
+            n += 1
+
+    assert probe_length(1, True) == probe_length(1, False) == 8  # one verified position a step
+    assert probe_length(8, False) == 2  # probe_steps: eight positions in its first step
+    never = AdaptivePolicy(3, PolicySettings(probe_drafts=8, probe_max_steps=16))
+    never._explore(1, 2, 2)
+    ks = [never.decide(1) for _ in range(30)]  # nothing verified (a probe whose drafts never come back)
+    assert ks[:15] == [2] * 15 and ks[15] != 2  # capped: 16 steps in all
+
+
+def test_a_lone_request_recovers_after_a_low_acceptance_stretch():
+    """Drafting turned off while acceptance was low; then the workload changes. With probes of a fixed two
+    steps a lone request's probe saw one or two drafts, and one rejection kept drafting off until the next
+    probe (far apart by then): 0.917 of the best fixed k in the worst of these seeds. Probes that gather
+    ``probe_drafts`` verified positions recover."""
+    def cost(b, kv, kd):
+        return 0.010 * (1 + 0.06 * b * kv) + 0.0025 * kd
+
+    worst = {}
+    for probe_drafts in (0, 8):
+        ratios = []
+        for seed in range(10):
+            clock = Clock()
+            pol = AdaptivePolicy(3, PolicySettings(probe_drafts=probe_drafts), clock=clock)
+            simulate(pol, clock, steps=1500, b=1, cost=cost, alpha=lambda s: 0.05, seed=seed)
+            out = simulate(pol, clock, steps=3000, b=1, cost=cost, alpha=lambda s: 0.6, seed=seed, start=1500)
+            best = max(fixed_k(3, k, steps=3000, b=1, cost=cost, alpha=lambda s: 0.6, seed=seed) for k in range(4))
+            ratios.append(out["rate"] / best)
+        worst[probe_drafts] = min(ratios)
+    assert worst[0] < 0.93  # the bad case: fixed-length probes
+    assert worst[8] >= 0.96, worst
