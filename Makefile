@@ -72,6 +72,8 @@ bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
 	$(PY) -m bench.run --prompt-set chat --rows "our Medusa" "our EAGLE" "our EAGLE-3" --prompts-c1 8 --max-tokens 96 \
 	  --out bench/out/chat $(BENCH_ARGS)
+	$(PY) -m bench.run --prompt-set sharegpt --rows "our Medusa" "our EAGLE" "our EAGLE-3" --prompts-c1 8 --max-tokens 96 \
+	  --out bench/out/sharegpt $(BENCH_ARGS)
 	$(PY) -m bench.policy
 	$(PY) -m bench.overhead
 

@@ -35,7 +35,8 @@ def markdown(report: dict) -> str:
         f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
         f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}"
         + (f", EAGLE-3 K={s['k_eagle3']}" if "k_eagle3" in s else "") + "; "
-        + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. "}.get(
+        + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. ",
+           "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
             s.get("prompt_set", "heldout"), "")
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",

