@@ -41,6 +41,9 @@ def _measure_row(cfg: dict) -> dict:
     else:  # Model Runner V2: the speculator's propose (everything MRV2 does to draft)
         owner, entry, model = type(runner.speculator), "propose", runner.speculator.model
     model = getattr(model, "inner", model)  # our attention adapter: time the plugin model itself
+    if cfg.get("ignore_num_drafts"):  # bench.step_k's baseline: the forward computes every head, as before API 3
+        full = model.forward
+        model.forward = lambda *a, num_drafts=None, **k: full(*a, **k)
     acc = {"model": 0.0}
     steps: list[tuple[float, float]] = []
 

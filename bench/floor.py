@@ -1,0 +1,185 @@
+"""Where a drafting step that drafts nothing (``k = 0``) spends its time, against no speculation.
+
+With an attention drafter (EAGLE) loaded and the policy pinned to ``k = 0``, vLLM still runs the draft
+model's first pass every step to keep the draft KV cache in sync; ``make bench-policy`` measured such steps at
+0.85-0.92x of no speculation. This profiles one in-process engine per row (V1 runner, uni-process executor,
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``; on the CPU the clock needs no device sync), on pure decode steps only:
+
+* ``step``: the engine core's whole step (scheduler, policy hooks, model runner, output processing);
+* ``execute``: ``GPUModelRunner.execute_model`` (input preparation, the target's forward, logits);
+* ``target fwd``: the target model's own forward inside it;
+* ``sample+draft``: ``GPUModelRunner.sample_tokens`` (sampling, bookkeeping and the drafting call);
+* ``propose``: the drafting call (``propose_draft_token_ids``) inside it;
+* ``draft fwd``: the draft model's own forward inside that.
+
+Rows: no speculation; our EAGLE-1, our EAGLE-3 and our Medusa pinned to ``k = 0``
+(``VLLM_SPEC_PLUGINS_POLICY=0``); vLLM's built-in EAGLE-1 with its static schedule at ``k = 0`` for every
+batch size (``num_speculative_tokens_per_batch_size``), vLLM's own floor. Rows alternate and repeat; medians.
+
+    python -m bench.floor [--quick] [--concurrency 1] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("step", "execute", "target_fwd", "sample_draft", "propose", "draft_fwd")
+
+
+def _measure(cfg: dict) -> dict:
+    """Runs in a child process: one in-process engine, instrumented."""
+    from vllm import LLM, SamplingParams
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    llm = LLM(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048,
+              dtype="float32", seed=0, max_num_seqs=16, speculative_config=cfg["spec"])
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    cur: dict[str, float] = {}
+    decode = {"now": False}
+    samples: list[dict[str, float]] = []
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                cur[name] = cur.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    def wrap_method(owner, attr, name):
+        setattr(owner, attr, timed(name, getattr(owner, attr)))
+
+    original_execute = GPUModelRunner.execute_model
+
+    def execute(self, scheduler_output, *a, **k):
+        n = scheduler_output.num_scheduled_tokens
+        decode["now"] = bool(n) and not scheduler_output.scheduled_new_reqs and all(v == 1 for v in n.values())
+        return original_execute(self, scheduler_output, *a, **k)
+
+    GPUModelRunner.execute_model = execute
+    wrap_method(GPUModelRunner, "execute_model", "execute")
+    wrap_method(GPUModelRunner, "sample_tokens", "sample_draft")
+    wrap_method(GPUModelRunner, "propose_draft_token_ids", "propose")
+    runner.model.forward = timed("target_fwd", runner.model.forward)
+    drafter = getattr(runner, "drafter", None)
+    if drafter is not None:
+        dm = getattr(drafter.model, "inner", drafter.model)  # our attention adapter: the plugin model itself
+        dm.forward = timed("draft_fwd", dm.forward)
+    core = llm.llm_engine.engine_core.engine_core  # the in-process EngineCore; its step_fn is bound at init
+    original_step = core.step_fn
+
+    def step(*a, **k):
+        cur.clear()
+        decode["now"] = False
+        t = time.perf_counter()
+        out = original_step(*a, **k)
+        cur["step"] = time.perf_counter() - t
+        if decode["now"] and "execute" in cur:
+            samples.append(dict(cur))
+        return out
+
+    core.step_fn = step
+    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
+    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
+    c = cfg["concurrency"]
+    llm.generate(prompts[:c], params, use_tqdm=False)  # warm-up
+    samples.clear()
+    for i in range(0, len(prompts), c):
+        llm.generate(prompts[i:i + c], params, use_tqdm=False)
+    return {"steps": len(samples), **{p: statistics.median(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
+
+
+def _child(row: str, cfg: dict, env: dict) -> dict:
+    from vllm_spec_plugins.cpu_env import preload_env
+
+    # the CPU runtime vLLM prescribes (Intel OpenMP, tcmalloc when installed), as bench.policy runs its rows
+    full = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", **preload_env(), **env)
+    full.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    out = subprocess.run([sys.executable, "-m", "bench.floor", "--child", json.dumps(cfg)], cwd=ROOT, env=full,
+                         capture_output=True, text=True, timeout=1200)
+    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"{row} failed:\n{out.stderr[-4000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def render(med: dict[str, dict], command: str, concurrency: int, repeats: int) -> str:
+    """The markdown table. ``beside target`` = step - target fwd: what the step spends outside the target's
+    forward, the part speculation adds to (the target's own forward varies by several % from one engine to the
+    next on this machine, more than what the drafter adds)."""
+    base = med["no speculation"]
+    beside0 = base["step"] - base["target_fwd"]
+    lines = [f"# k = 0 floor: pure decode steps, ms per step (median of {repeats} alternating runs), "
+             f"concurrency {concurrency}", "", f"command: {command}", "",
+             "| row | step | target fwd | beside target | added vs no spec | sample+draft | propose | draft fwd | "
+             "steps |", "|---|---|---|---|---|---|---|---|---|"]
+    for r, m in med.items():
+        beside = m["step"] - m["target_fwd"]
+        lines.append(f"| {r} | {m['step']:.2f} | {m['target_fwd']:.2f} | {beside:.2f} | {beside - beside0:+.2f} "
+                     f"({(beside - beside0) / base['target_fwd']:+.1%} of a target fwd) | {m['sample_draft']:.2f} | "
+                     f"{m['propose']:.2f} | {m['draft_fwd']:.2f} | {m['steps']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="2 prompts of 48 tokens (default: 4 of 128)")
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    args = ap.parse_args(argv)
+    if args.child:
+        print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
+        return 0
+    from bench.run import DRAFTS, held_out_prompt_ids
+    from bench.smollm2 import ensure_smollm2
+
+    target = ensure_smollm2()
+    n, max_tokens = (2, 48) if args.quick else (4, 128)
+    n = max(n, 2 * args.concurrency) if args.concurrency > 1 else n  # two full batches
+    prompts, _ = held_out_prompt_ids(target, n)
+    k0 = {"VLLM_SPEC_PLUGINS_POLICY": "0"}
+    eagle = {"model": str(DRAFTS / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
+    rows = {
+        "no speculation": (None, {}),
+        "our EAGLE-1, k=0": (eagle, k0),
+        "vLLM EAGLE-1, k=0 schedule": ({**eagle, "num_speculative_tokens_per_batch_size": [(1, 16, 0)]},
+                                       {"VLLM_SPEC_PLUGINS": ""}),
+        "our EAGLE-3, k=0": ({"model": str(DRAFTS / "smollm2-eagle3"), "num_speculative_tokens": 3}, k0),
+        "our Medusa, k=0": ({"model": str(DRAFTS / "smollm2-medusa"), "num_speculative_tokens": 2}, k0),
+    }
+    results: dict[str, list[dict]] = {r: [] for r in rows}
+    for rep in range(args.repeats):
+        for row in (list(rows) if rep % 2 == 0 else list(rows)[::-1]):
+            spec, env = rows[row]
+            print(f"  {row} (repeat {rep + 1}) ...", flush=True)
+            cfg = {"model": str(target), "spec": spec, "prompts": prompts, "max_tokens": max_tokens,
+                   "concurrency": args.concurrency}
+            try:
+                results[row].append(_child(row, cfg, env))
+            except RuntimeError as e:
+                print(f"    failed: {str(e)[-600:]}", flush=True)
+    med = {r: {p: statistics.median(x[p] for x in v) for p in PARTS} | {"steps": min(x["steps"] for x in v)}
+           for r, v in results.items() if v}
+    text = render(med, f"python -m bench.floor{' --quick' if args.quick else ''} --concurrency {args.concurrency} "
+                       f"--repeats {args.repeats}", args.concurrency, args.repeats)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"floor-c{args.concurrency}.json").write_text(json.dumps({"rows": results, "median": med}, indent=1))
+    (args.out / f"floor-c{args.concurrency}.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
