@@ -210,6 +210,9 @@ NOT_A_CHECK_CASE = {
     "53": "a warning, not a refusal", "54": "a warning (dtype) or the trial of row 50 (NaN state)",
     "55": "environment (e:test_faults)", "56": "registration-time refusal: the plugin is skipped (u:test_api)",
     **{r: "environment or policy, not a checkpoint" for r in ("61", "62", "63", "64", "65")},
+    "70": "the heads trial's num_drafts=1 call: `check --target` runs the same trial through the in-process start "
+          "the test kit's harness drives (u:test_harness)",
+    "71": "binding rules, unit-tested (u:test_bind); the refusal reaches `check` through the same bind()",
 }
 
 

@@ -90,11 +90,14 @@ class TestStatePlugin(ConformanceSuite):
         assert max(rec["live_state_slots"] for rec in records) <= 2 * 4
 
     def test_trace_schema_records_the_state_carry_hook(self, run):
-        """Schema 2: the hook's inputs (state before the step) and outputs, and the state forward saw."""
+        """Schema 2 (and later): the hook's inputs (state before the step) and outputs, and the state forward
+        saw."""
+        from vllm_spec_plugins.runtime.trace import TRACE_SCHEMA
+
         _, records = run
         hooked = 0
         for rec in records:
-            assert rec["schema"] == 2 and rec["plugin"] == "statetest" and rec["kind"] == "heads"
+            assert rec["schema"] == TRACE_SCHEMA == 3 and rec["plugin"] == "statetest" and rec["kind"] == "heads"
             assert all(isinstance(r, str) for r in rec["req_ids"])
             assert set(rec["hook_inputs"]) == {"acc", "sampled", "num_new"} and set(rec["hook_outputs"]) == {"acc"}
             assert torch.equal(rec["hook_inputs"]["num_new"], rec["valid_count"])

@@ -285,3 +285,6 @@ def test_trial_forward_refuses_a_drafter_that_breaks_below_k(ck, monkeypatch):
     msg = str(e.value)
     assert "plugin 'medusa', vllm-spec-medusa 0.1.0" in msg and "failed its trial forward at start-up" in msg
     assert "returned shape [1, 0]; expected draft token ids [num_reqs=1, k>=1] (it was passed num_drafts=1)" in msg
+    rep = diagnose.check_checkpoint(str(ck["medusa"]), str(ck["target"]))  # check --target refuses it the same way
+    trial = _items(rep)["trial forward"]
+    assert not rep.ok and trial.status == "fail" and "(it was passed num_drafts=1)" in trial.detail
