@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.overhead import drive, in_process_engine, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("step", "execute", "target_fwd", "sample_draft", "propose", "draft_fwd")
@@ -36,12 +36,9 @@ PARTS = ("step", "execute", "target_fwd", "sample_draft", "propose", "draft_fwd"
 
 def _measure(cfg: dict) -> dict:
     """Runs in a child process: one in-process engine, instrumented."""
-    from vllm import LLM, SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    llm = LLM(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048,
-              dtype="float32", seed=0, max_num_seqs=16, speculative_config=cfg["spec"])
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    llm, runner = in_process_engine(cfg)
     cur: dict[str, float] = {}
     decode = {"now": False}
     samples: list[dict[str, float]] = []
@@ -88,13 +85,7 @@ def _measure(cfg: dict) -> dict:
         return out
 
     core.step_fn = step
-    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
-    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
-    c = cfg["concurrency"]
-    llm.generate(prompts[:c], params, use_tqdm=False)  # warm-up
-    samples.clear()
-    for i in range(0, len(prompts), c):
-        llm.generate(prompts[i:i + c], params, use_tqdm=False)
+    drive(llm, cfg, samples.clear)
     return {"steps": len(samples), **{p: statistics.median(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
 
 
@@ -102,14 +93,7 @@ def _child(row: str, cfg: dict, env: dict) -> dict:
     from vllm_spec_plugins.cpu_env import preload_env
 
     # the CPU runtime vLLM prescribes (Intel OpenMP, tcmalloc when installed), as bench.policy runs its rows
-    full = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", **preload_env(), **env)
-    full.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    out = subprocess.run([sys.executable, "-m", "bench.floor", "--child", json.dumps(cfg)], cwd=ROOT, env=full,
-                         capture_output=True, text=True, timeout=1200)
-    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"{row} failed:\n{out.stderr[-4000:]}")
-    return json.loads(line[len("RESULT "):])
+    return run_child("bench.floor", row, cfg, {**preload_env(), **env})
 
 
 def render(med: dict[str, dict], command: str, concurrency: int, repeats: int) -> str:

@@ -26,16 +26,47 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _measure_row(cfg: dict) -> dict:
-    """Runs in a child process: one in-process engine, instrumented."""
-    from vllm import LLM, SamplingParams
+def in_process_engine(cfg: dict):
+    """``(llm, model runner)``: the engine a measuring child runs (``cfg["model"]``, ``cfg["spec"]``), its core in
+    this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with the uni-process executor (bench.floor uses it too)."""
+    from vllm import LLM
 
     llm = LLM(model=cfg["model"], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048,
               dtype="float32", seed=0, max_num_seqs=16, speculative_config=cfg["spec"])
+    return llm, llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+
+def drive(llm, cfg: dict, after_warmup) -> None:
+    """One warm-up batch, ``after_warmup()`` (clear what it recorded), then every prompt of ``cfg`` in batches of
+    ``cfg["concurrency"]``, greedy, ``cfg["max_tokens"]`` each."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
+    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
+    c = cfg["concurrency"]
+    llm.generate(prompts[:c], params, use_tqdm=False)  # warm-up
+    after_warmup()
+    for i in range(0, len(prompts), c):
+        llm.generate(prompts[i:i + c], params, use_tqdm=False)
+
+
+def run_child(module: str, row: str, cfg: dict, env: dict) -> dict:
+    """``python -m MODULE --child CFG`` in a fresh process with an in-process engine core; its ``RESULT`` line."""
+    full = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", **env)
+    full.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    out = subprocess.run([sys.executable, "-m", module, "--child", json.dumps(cfg)], cwd=ROOT, env=full,
+                         capture_output=True, text=True, timeout=1200)
+    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"{row} failed:\n{out.stderr[-4000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def _measure_row(cfg: dict) -> dict:
+    """Runs in a child process: one in-process engine, instrumented."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    # In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0) with the uni-process executor.
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    llm, runner = in_process_engine(cfg)
     if isinstance(runner, GPUModelRunner):  # V1: the runner's whole drafting call
         owner, entry, model = GPUModelRunner, "propose_draft_token_ids", runner.drafter.model
     else:  # Model Runner V2: the speculator's propose (everything MRV2 does to draft)
@@ -71,13 +102,7 @@ def _measure_row(cfg: dict) -> dict:
         return out
 
     setattr(owner, entry, propose)
-    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
-    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
-    c = cfg["concurrency"]
-    llm.generate(prompts[:c], params, use_tqdm=False)  # warm-up
-    steps.clear()
-    for i in range(0, len(prompts), c):
-        llm.generate(prompts[i:i + c], params, use_tqdm=False)
+    drive(llm, cfg, steps.clear)
     propose_ms = [s[0] * 1e3 for s in steps]
     model_ms = [s[1] * 1e3 for s in steps]
     return {"steps": len(steps), "propose_ms": statistics.median(propose_ms), "model_ms": statistics.median(model_ms),
@@ -85,14 +110,7 @@ def _measure_row(cfg: dict) -> dict:
 
 
 def _child(row: str, cfg: dict, env: dict) -> dict:
-    full = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", **env)
-    full.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    out = subprocess.run([sys.executable, "-m", "bench.overhead", "--child", json.dumps(cfg)], cwd=ROOT, env=full,
-                         capture_output=True, text=True, timeout=1200)
-    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"{row} failed:\n{out.stderr[-4000:]}")
-    return json.loads(line[len("RESULT "):])
+    return run_child("bench.overhead", row, cfg, env)
 
 
 def startup(repeats: int, engine_repeats: int, target: str) -> dict:
