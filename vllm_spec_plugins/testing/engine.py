@@ -67,7 +67,7 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
                prompts: list[list[int]] | None = None, text_prompts: list[str] | None = None,
                max_tokens: int | list[int] = 32, env: Mapping[str, str | None] | None = None,
                tensor_parallel_size: int = 1, llm_kwargs: dict[str, Any] | None = None,
-               schedule: list[dict[str, Any]] | None = None,
+               schedule: list[dict[str, Any]] | None = None, images: list[str | os.PathLike[str] | None] | None = None,
                python: str | None = None, timeout: float = 600, check: bool = True,
                runner: str | None = None) -> EngineResult:
     """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.
@@ -75,6 +75,8 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
     Args:
         prompts: token-id prompts (the engine then skips tokenizer init), or
         text_prompts: text prompts (needs a tokenizer in ``model``).
+        images: with ``text_prompts``, one image file (or ``None``) per prompt, passed as the prompt's
+            ``multi_modal_data`` (a multimodal target such as :func:`~.fixtures.make_tiny_vlm`).
         max_tokens: one for all prompts, or one per prompt.
         schedule: drive the engine step by step instead of ``generate``: a list of
             ``{"step": n, "add": [prompt index, ...], "abort": [prompt index, ...]}``.
@@ -99,13 +101,16 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
     """
     job = {"model": str(model), "speculative_config": speculative_config, "prompts": prompts,
            "text_prompts": text_prompts, "max_tokens": max_tokens, "tp": tensor_parallel_size,
-           "llm_kwargs": llm_kwargs or {}, "schedule": schedule}
+           "llm_kwargs": llm_kwargs or {}, "schedule": schedule,
+           "images": [None if i is None else str(i) for i in images] if images is not None else None}
     extra = dict(env or {})
     if runner is not None:  # the runner's variables, then ``env`` over them (PYTHONPATH: both)
         from .mrv2 import runner_env
 
         chosen = runner_env(runner, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
-        extra = {**chosen, **{k: v for k, v in extra.items() if k != "PYTHONPATH"}}
+        extra = {**chosen, **extra}  # env over the runner's variables; PYTHONPATH: both (chosen extends env's)
+        if "PYTHONPATH" in chosen:
+            extra["PYTHONPATH"] = chosen["PYTHONPATH"]
     if tensor_parallel_size > 1:
         extra.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tensor_parallel_size)))
     else:
@@ -159,6 +164,11 @@ def _main(job_path: str, out_path: str) -> None:
     llm = LLM(**kwargs)
     if job["prompts"] is not None:
         inputs = [{"prompt_token_ids": p} for p in job["prompts"]]
+    elif job.get("images"):
+        from PIL import Image
+
+        inputs = [t if i is None else {"prompt": t, "multi_modal_data": {"image": Image.open(i).convert("RGB")}}
+                  for t, i in zip(job["text_prompts"], job["images"], strict=True)]
     else:
         inputs = list(job["text_prompts"])
     mt = job["max_tokens"]

@@ -75,21 +75,127 @@ def make_tiny_target(path: str | os.PathLike[str], seed: int = 0) -> Path:
     return path
 
 
-def target_lm_head(target: str | os.PathLike[str]) -> torch.Tensor:
-    """The tiny target's ``lm_head.weight`` ``[vocab, hidden]`` (for plain-torch references)."""
+#: The tiny vision-language target: Idefics3 (SmolVLM's architecture: a SigLIP-style vision tower, a pixel
+#: shuffle connector, a Llama text model). A 32x32 image, patch 8, pixel shuffle 2: 4 image tokens per image.
+VLM_IMAGE_SIZE, VLM_PATCH, VLM_SCALE = 32, 8, 2
+VLM_IMAGE_TOKENS = (VLM_IMAGE_SIZE // VLM_PATCH) ** 2 // VLM_SCALE ** 2
+VLM_SPECIALS = ("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
+                *(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)))
+#: A prompt with one image, in the tiny VLM's own format (``<image>`` expands to the image's tokens).
+VLM_PROMPT = "User:<image>What is this?<end_of_utterance>\nAssistant:"
+#: Its chat template (an OpenAI chat message with an image part and a text part gives :data:`VLM_PROMPT`).
+VLM_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] | capitalize }}:{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] in ('image', 'image_url') %}<image>"
+    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
+
+
+def _text_config(target: str | os.PathLike[str]) -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads((Path(target) / "config.json").read_text())
+    return cfg.get("text_config") or cfg
+
+
+def target_dims(target: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(hidden_size, vocab_size)`` of a tiny target's language model (a VLM's text model)."""
+    cfg = _text_config(target)
+    return int(cfg["hidden_size"]), int(cfg["vocab_size"])
+
+
+def _target_weight(target: str | os.PathLike[str], *names: str) -> torch.Tensor:
     from safetensors.torch import load_file
 
     weights: dict[str, torch.Tensor] = load_file(str(Path(target) / "model.safetensors"))
-    return weights["lm_head.weight"]
+    return next(weights[n] for n in names if n in weights)
+
+
+def target_lm_head(target: str | os.PathLike[str]) -> torch.Tensor:
+    """The tiny target's ``lm_head.weight`` ``[vocab, hidden]`` (for plain-torch references)."""
+    return _target_weight(target, "lm_head.weight")
 
 
 def target_embeddings(target: str | os.PathLike[str]) -> torch.Tensor:
-    """The tiny target's token embeddings ``model.embed_tokens.weight`` ``[vocab, hidden]`` (for references of
-    drafters that embed tokens with the target's table)."""
-    from safetensors.torch import load_file
+    """The tiny target's token embeddings ``model.embed_tokens.weight`` ``[vocab, hidden]`` (a VLM's:
+    ``model.text_model.embed_tokens.weight``), for references of drafters that embed tokens with the target's
+    table."""
+    return _target_weight(target, "model.embed_tokens.weight", "model.text_model.embed_tokens.weight")
 
-    weights: dict[str, torch.Tensor] = load_file(str(Path(target) / "model.safetensors"))
-    return weights["model.embed_tokens.weight"]
+
+def make_tiny_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """A random tiny vision-language target (about 2 MB): Idefics3, whose path in vLLM's CPU build needs no
+    torchvision (Transformers' PIL image processor). Vision tower 1 layer, hidden 32; text model the tiny
+    target's Llama shape (2 layers, hidden 128); the byte tokenizer plus Idefics3's special tokens (vocab 304;
+    ``<image>`` is id 260). One image becomes :data:`VLM_IMAGE_TOKENS` tokens. Idempotent."""
+    path = Path(path)
+    if (path / "config.json").exists() and (path / "model.safetensors").exists():
+        return path
+    import torch
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessorPil,
+        Idefics3Processor,
+        PreTrainedTokenizerFast,
+    )
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(256):
+        vocab.setdefault(chr(i), len(vocab))
+    for name in VLM_SPECIALS:
+        vocab[name] = len(vocab)
+    while len(vocab) % 16:
+        vocab[f"<extra_{len(vocab)}>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken(name, normalized=False, special=True) for name in VLM_SPECIALS])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<unk>", extra_special_tokens=list(VLM_SPECIALS[:3]))
+    fast.chat_template = VLM_CHAT_TEMPLATE
+    fast.save_pretrained(path)
+    torch.manual_seed(seed)
+    cfg = Idefics3Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=VLM_IMAGE_SIZE, patch_size=VLM_PATCH, num_channels=3),
+        text_config=dict(model_type="llama", vocab_size=len(vocab), hidden_size=HIDDEN, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0, rms_norm_eps=1e-5),
+        scale_factor=VLM_SCALE, image_token_id=vocab["<image>"], tie_word_embeddings=False, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0)
+    cfg.torch_dtype = "float32"
+    model = Idefics3ForConditionalGeneration(cfg).to(torch.float32).eval()
+    with torch.no_grad():  # larger weights: a more peaked random LM, and the image matters more
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    model.save_pretrained(path, safe_serialization=True)
+    processor = Idefics3Processor(
+        image_processor=Idefics3ImageProcessorPil(size={"longest_edge": VLM_IMAGE_SIZE},
+                                                  max_image_size={"longest_edge": VLM_IMAGE_SIZE},
+                                                  do_image_splitting=False),
+        tokenizer=fast, image_seq_len=VLM_IMAGE_TOKENS, chat_template=VLM_CHAT_TEMPLATE)
+    processor.save_pretrained(path)
+    return path
+
+
+def make_test_image(path: str | os.PathLike[str], kind: str = "pattern") -> Path:
+    """A 32x32 PNG for the tiny VLM: ``"red"`` (one colour), ``"pattern"`` or ``"stripes"``."""
+    from PIL import Image
+
+    path = Path(path)
+    img = Image.new("RGB", (VLM_IMAGE_SIZE, VLM_IMAGE_SIZE), (255, 0, 0))
+    n = VLM_IMAGE_SIZE
+    if kind == "pattern":
+        img.putdata([((x * 8) % 256, (y * 8) % 256, ((x ^ y) * 16) % 256) for y in range(n) for x in range(n)])
+    elif kind == "stripes":
+        img.putdata([(255 * (x // 4 % 2), 40, 255 * (y // 8 % 2)) for y in range(n) for x in range(n)])
+    elif kind != "red":
+        raise ValueError(f"image kind: 'red', 'pattern' or 'stripes', not {kind!r}")
+    img.save(path)
+    return path
 
 
 def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str], *, num_heads: int = 3,
@@ -118,12 +224,13 @@ def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     lm = target_lm_head(target)
+    H, V = target_dims(target)
     g = torch.Generator().manual_seed(seed)
     sd = {}
     for h in range(num_heads):
         for layer in range(num_layers):
-            w = torch.zeros(HIDDEN, HIDDEN) if h == 0 else torch.randn(HIDDEN, HIDDEN, generator=g) * noise
-            b = torch.randn(HIDDEN, generator=g) * (noise * 10) if biases else None
+            w = torch.zeros(H, H) if h == 0 else torch.randn(H, H, generator=g) * noise
+            b = torch.randn(H, generator=g) * (noise * 10) if biases else None
             if layout == "new":
                 sd[f"blocks.{h}.layers.{layer}.weight"] = w
                 if b is not None:
@@ -138,15 +245,15 @@ def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str
         sd[key] = lm.clone()
     token_map = None
     if truncate_vocab:
-        token_map = torch.randperm(VOCAB, generator=g)[:truncate_vocab].sort().values
+        token_map = torch.randperm(V, generator=g)[:truncate_vocab].sort().values
         sd["token_map"] = token_map
         for key in [k for k in sd if k.startswith("lm_heads.")]:
             sd[key] = sd[key][token_map].clone()
     if original_lm_head and include_lm_head:
         sd["lm_head.weight"] = lm.clone() if token_map is None else lm[token_map].clone()
     if layout == "new":
-        cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": HIDDEN,
-               "vocab_size": VOCAB, "num_heads": num_heads, "num_hidden_layers": num_layers}
+        cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": H,
+               "vocab_size": V, "num_heads": num_heads, "num_hidden_layers": num_layers}
         if original_lm_head:
             cfg["original_lm_head"] = True
         if truncate_vocab:
@@ -175,7 +282,7 @@ def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str]
     path.mkdir(parents=True, exist_ok=True)
     lm = target_lm_head(target)
     g = torch.Generator().manual_seed(seed)
-    H, inter = HIDDEN, 256
+    (H, V), inter = target_dims(target), 256
 
     def rnd(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * noise
@@ -196,10 +303,10 @@ def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str]
     if own_embed:  # unit rows of the target's lm_head, scaled: the embedding dominates the residual stream
         sd["embed_tokens.weight"] = lm / lm.norm(dim=1, keepdim=True) * 8
     if own_lm_head:
-        sd["lm_head.weight"] = lm.clone() + rnd(VOCAB, H)
+        sd["lm_head.weight"] = lm.clone() + rnd(V, H)
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
            "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": 4,
-           "num_key_value_heads": 4, "head_dim": 32, "vocab_size": VOCAB, "max_position_embeddings": 512,
+           "num_key_value_heads": 4, "head_dim": 32, "vocab_size": V, "max_position_embeddings": 512,
            "rms_norm_eps": 1e-06, "hidden_act": "silu", "rope_theta": 10000.0,
            "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32",
            "bos_token_id": 1, "eos_token_id": 2}
@@ -258,16 +365,16 @@ def make_tiny_eagle3(path: str | os.PathLike[str], target: str | os.PathLike[str
     path.mkdir(parents=True, exist_ok=True)
     lm = target_lm_head(target)
     g = torch.Generator().manual_seed(seed)
-    H, inter, heads, head_dim = HIDDEN, 256, 4, 32
+    (H, V), inter, heads, head_dim = target_dims(target), 256, 4, 32
     n_aux = len(aux_layer_ids) if aux_layer_ids else 3
 
     def rnd(*shape: int, scale: float = noise) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * scale
 
     embed = lm / lm.norm(dim=1, keepdim=True) * 8
-    if keep is None and draft_vocab is not None and draft_vocab < VOCAB:
+    if keep is None and draft_vocab is not None and draft_vocab < V:
         keep = target_frequent_tokens(target)[:draft_vocab]
-    sel = torch.tensor(sorted(keep), dtype=torch.long) if keep is not None else torch.arange(VOCAB)
+    sel = torch.tensor(sorted(keep), dtype=torch.long) if keep is not None else torch.arange(V)
     dv = int(sel.numel())
     eye_embed_half = torch.cat([torch.eye(H), torch.zeros(H, H)], dim=1)  # [H, 2H]: reads the embedding half
     sd = {"fc.weight": rnd(H, n_aux * H, scale=fc_scale)}
@@ -295,16 +402,16 @@ def make_tiny_eagle3(path: str | os.PathLike[str], target: str | os.PathLike[str
         sd["lm_head.weight"] = lm[sel].clone()
     elif lm_head != "none":
         raise ValueError(f"lm_head: 'own', 'target_rows' or 'none', not {lm_head!r}")
-    if dv < VOCAB:
+    if dv < V:
         sd["d2t"] = (sel - torch.arange(dv)).to(torch.int64)  # target id = draft id + d2t[draft id]
-        t2d = torch.zeros(VOCAB, dtype=torch.bool)
+        t2d = torch.zeros(V, dtype=torch.bool)
         t2d[sel] = True
         sd["t2d"] = t2d
     if own_embed:
         sd["embed_tokens.weight"] = embed.clone()
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
            "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": heads,
-           "num_key_value_heads": heads, "head_dim": head_dim, "vocab_size": VOCAB, "draft_vocab_size": dv,
+           "num_key_value_heads": heads, "head_dim": head_dim, "vocab_size": V, "draft_vocab_size": dv,
            "target_hidden_size": H, "max_position_embeddings": 512, "rms_norm_eps": 1e-06, "hidden_act": "silu",
            "rope_theta": 10000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
            "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2}
@@ -343,7 +450,8 @@ def make_tiny_mlp_speculator(path: str | os.PathLike[str], target: str | os.Path
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
-    inner = inner_dim or HIDDEN
+    H, V = target_dims(target)
+    inner = inner_dim or H
     distinct = 1 if tie_weights else n_predict
 
     def rms_rows(x: torch.Tensor) -> torch.Tensor:
@@ -351,12 +459,11 @@ def make_tiny_mlp_speculator(path: str | os.PathLike[str], target: str | os.Path
 
     embs, heads = [], []
     for _ in range(distinct):
-        e = rms_rows(torch.randn(VOCAB, inner, generator=g))
+        e = rms_rows(torch.randn(V, inner, generator=g))
         embs.append(e)
         h = F.gelu(e)
         heads.append(h / h.norm(dim=-1, keepdim=True) * 4.0)
-    projs = [torch.randn(inner, HIDDEN if i == 0 else inner, generator=g) * (proj_scale / (HIDDEN if i == 0 else inner)
-                                                                            ** 0.5)
+    projs = [torch.randn(inner, H if i == 0 else inner, generator=g) * (proj_scale / (H if i == 0 else inner) ** 0.5)
              for i in range(min(n_predict, 2) if tie_weights else n_predict)]
     lns = [(1.0 + 0.1 * torch.randn(inner, generator=g), 0.1 * torch.randn(inner, generator=g))
            for _ in range(distinct)]
@@ -372,8 +479,8 @@ def make_tiny_mlp_speculator(path: str | os.PathLike[str], target: str | os.Path
         sd[f"{prefix}ln.{i}.weight"] = lns[j][0].clone()
         sd[f"{prefix}ln.{i}.bias"] = lns[j][1].clone()
         sd[f"{prefix}proj.{i}.weight"] = projs[min(i, 1) if tie_weights else i].clone()
-    cfg = {"architectures": ["MLPSpeculatorPreTrainedModel"], "model_type": "mlp_speculator", "emb_dim": HIDDEN,
-           "inner_dim": inner_dim, "vocab_size": VOCAB, "n_predict": n_predict,
+    cfg = {"architectures": ["MLPSpeculatorPreTrainedModel"], "model_type": "mlp_speculator", "emb_dim": H,
+           "inner_dim": inner_dim, "vocab_size": V, "n_predict": n_predict,
            "top_k_tokens_per_head": [4, 3, 2, 2, 2, 2, 2, 2][:n_predict], "n_candidates": 5,
            "tie_weights": tie_weights, "scale_input": scale_input, "torch_dtype": "float32"}
     return _write_checkpoint(path, cfg, sd, "model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
