@@ -16,6 +16,10 @@ API_VERSION = 3
 """Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
 attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and
 ``ExtraInput(shape=None)`` (not checked) vs ``shape=()`` (scalar, checked). 3 added the ``num_drafts``
-forward parameter of ``heads`` drafters (:data:`vllm_spec_plugins.api.STEP_INPUTS`). API-1 and API-2
-plugins work unchanged."""
+forward parameter of ``heads`` drafters (:data:`vllm_spec_plugins.api.STEP_INPUTS`) and the sources of what
+the target was fed (``TARGET_INPUTS_EMBEDS``, ``IS_MULTIMODAL``, ``POSITIONS_ALL``, ``NEXT_POSITIONS``). API-1
+and API-2 plugins work unchanged."""
+MM_MASK_ATTR = "_vsp_is_mm_embed"
+"""Where the runner patches leave the step's multimodal-row mask (patches 18 and 19), on the V1 runner or MRV2's
+``EncoderRunner``, for ``Source.IS_MULTIMODAL``."""
 SUPPORTED_VLLM = ((0, 32), (0, 33))

@@ -61,10 +61,31 @@ class Source(str, enum.Enum):
     """API 2. How many of a request's scheduled tokens (trailing drafts) were rejected: its first
     ``num_scheduled_tokens - num_rejected`` tokens stay in its sequence. ``[num_reqs]`` int32"""
 
+    TARGET_INPUTS_EMBEDS = "target_inputs_embeds"
+    """API 3. The target's input embeddings of all scheduled tokens, as the target consumed them: its text
+    embeddings with the multimodal (image...) embeddings merged in. ``[num_tokens, inputs_embeds_size]`` (the
+    engine's dtype). Multimodal targets only: on a text-only target the drafter is refused at load, naming the
+    plugin and the source. Read from the buffer the runner feeds the target from (no second gather)."""
+    IS_MULTIMODAL = "is_multimodal"
+    """API 3. Which of those token rows hold multimodal embeddings. ``[num_tokens]`` bool. On a text-only target
+    (and in vLLM's dummy runs) every row is ``False``."""
+    POSITIONS_ALL = "positions_all"
+    """API 3. The target's positions of all scheduled tokens: ``[num_tokens]`` int64, or
+    ``[num_tokens, mrope_dims]`` on an M-RoPE target (one row per token, like every token-row source)."""
+    NEXT_POSITIONS = "next_positions"
+    """API 3. The position of each request's next token (the one drafting starts after): ``[num_reqs]`` int64
+    (what ``positions_last`` gives), or ``[num_reqs, mrope_dims]`` on an M-RoPE target (every section one past
+    the largest section of the request's last accepted token's position, where the next text token goes)."""
+
     @property
     def rows(self) -> Literal["request", "token"]:
-        return "token" if self in (Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL,
-                                   Source.TOKEN_IDS_ALL) else "request"
+        return "token" if self in (Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL, Source.TOKEN_IDS_ALL,
+                                   Source.TARGET_INPUTS_EMBEDS, Source.IS_MULTIMODAL,
+                                   Source.POSITIONS_ALL) else "request"
+
+
+#: API 3. The sources that read what the target was fed (multimodal targets: merged embeddings, their mask).
+MULTIMODAL_SOURCES: tuple[Source, ...] = (Source.TARGET_INPUTS_EMBEDS, Source.IS_MULTIMODAL)
 
 
 #: Forward parameter names the shim provides without any declaration.

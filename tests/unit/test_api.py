@@ -159,7 +159,8 @@ def test_source_rows(source, rows):
 def test_every_source_has_a_rows_case():
     assert {s.rows for s in Source} == {"request", "token"}
     assert [s for s in Source if s.rows == "token"] == [Source.TARGET_HIDDEN_ALL, Source.AUX_HIDDEN_ALL,
-                                                        Source.TOKEN_IDS_ALL]
+                                                        Source.TOKEN_IDS_ALL, Source.TARGET_INPUTS_EMBEDS,
+                                                        Source.IS_MULTIMODAL, Source.POSITIONS_ALL]
 
 
 def test_source_is_str_enum():

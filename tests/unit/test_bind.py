@@ -308,3 +308,83 @@ def test_api3_num_drafts_is_the_steps_k_for_heads_drafters_only():
                                 api=3)
     with pytest.raises(PluginContractError, match="extra input 'num_drafts' has the name of a step input"):
         run(clash, forward, loop_inputs=loop_inputs_of(clash))
+
+
+
+
+def test_api3_target_input_sources_on_a_multimodal_target():
+    from vllm_spec_plugins.runtime.inputs import TargetInputs, multimodal_rows
+
+    d = make(extra_inputs=(
+        ExtraInput(name="embeds", source=Source.TARGET_INPUTS_EMBEDS, shape=("hidden_size",)),
+        ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, shape=(), dtype="bool"),
+        ExtraInput(name="pos", source=Source.POSITIONS_ALL, shape=()),
+        ExtraInput(name="nxt", source=Source.NEXT_POSITIONS, shape=()),
+    ))
+
+    def forward(hidden_states, embeds, is_mm, pos, nxt):
+        ...
+
+    vlm = TargetInputs(multimodal=True, embeds_size=HIDDEN, model="tiny-vlm")
+    out = run(d, forward, target=vlm)
+    assert [(b.source, b.shape, b.dtype) for b in out[1:]] == [
+        (Source.TARGET_INPUTS_EMBEDS, (HIDDEN,), "model"), (Source.IS_MULTIMODAL, (), "bool"),
+        (Source.POSITIONS_ALL, (), "int64"), (Source.NEXT_POSITIONS, (), "int64")]
+    assert [b.param for b in multimodal_rows(out)] == ["embeds", "is_mm"]
+    assert all(s.rows == "token" for s in (Source.TARGET_INPUTS_EMBEDS, Source.IS_MULTIMODAL, Source.POSITIONS_ALL))
+    assert Source.NEXT_POSITIONS.rows == "request"
+
+
+def test_api3_positions_have_one_column_per_mrope_section_on_an_mrope_target():
+    from vllm_spec_plugins.runtime.inputs import TargetInputs
+
+    d = make(extra_inputs=(ExtraInput(name="pos", source=Source.POSITIONS_ALL),
+                           ExtraInput(name="nxt", source=Source.NEXT_POSITIONS, shape=(3,))))
+
+    def forward(pos, nxt):
+        ...
+
+    out = run(d, forward, target=TargetInputs(multimodal=True, embeds_size=HIDDEN, mrope_dims=3))
+    assert [b.shape for b in out] == [(3,), (3,)]
+    with pytest.raises(PluginContractError, match=r"shape per row \[\] in this engine, but the plugin declares \[3\]"):
+        run(d, forward, target=TargetInputs(multimodal=True, embeds_size=HIDDEN))  # plain positions: scalars
+
+
+def test_api3_input_embeds_are_refused_on_a_text_only_target_naming_plugin_and_source():
+    from vllm_spec_plugins.runtime.inputs import TargetInputs
+
+    d = make(extra_inputs=(ExtraInput(name="embeds", source=Source.TARGET_INPUTS_EMBEDS),))
+
+    def forward(hidden_states, embeds):
+        ...
+
+    with pytest.raises(PluginContractError) as e:
+        run(d, forward, target=TargetInputs(multimodal=False, model="/ckpt/text-llama"))
+    msg = str(e.value)
+    assert "plugin 'toy'" in msg and "toy-dist 1.2" in msg and "'embeds'" in msg
+    assert "target_inputs_embeds" in msg and "'/ckpt/text-llama' is text-only" in msg
+    # the mask alone is fine on a text target: every row is False there
+    mask = make(extra_inputs=(ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, dtype="bool"),))
+
+    def fwd2(hidden_states, is_mm):
+        ...
+
+    assert run(mask, fwd2, target=TargetInputs(multimodal=False))[1].source is Source.IS_MULTIMODAL
+    with pytest.raises(PluginContractError, match="is bool, but the plugin declares dtype 'int32'"):
+        run(make(extra_inputs=(ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, dtype="int32"),)), fwd2,
+            target=TargetInputs(multimodal=False))
+
+
+def test_api3_target_inputs_are_refused_under_pipeline_parallelism():
+    from vllm_spec_plugins.runtime.inputs import TargetInputs, check_pipeline_stages
+
+    d = make(extra_inputs=(ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, dtype="bool"),))
+
+    def forward(hidden_states, is_mm):
+        ...
+
+    out = run(d, forward, target=TargetInputs(multimodal=True, embeds_size=HIDDEN))
+    check_pipeline_stages(d, out, 1)  # one stage: fine
+    check_pipeline_stages(d, run(make(), ToyModel.forward), 2)  # a drafter not reading them: fine
+    with pytest.raises(PluginContractError, match=r"plugin 'toy'.*reads is_multimodal.*pipeline_parallel_size=2"):
+        check_pipeline_stages(d, out, 2)

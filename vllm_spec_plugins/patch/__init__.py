@@ -158,6 +158,22 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     passed through (0.33 adds ``draft_tokens``). Remove when: ``propose`` receives them.
     Upstream: none filed.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_state_plugin.py::TestStatePluginMRV2.
+18. ``GPUModelRunner._gather_mm_embeddings`` (V1) — :mod:`.model_runner`
+    Why: ``Source.IS_MULTIMODAL`` (API 3): which scheduled tokens the target fed multimodal embeddings.
+    The V1 runner builds that mask per step as a local host tensor, keeps no buffer of it, and hands
+    ``propose`` only the EAGLE loop's mask, shifted by one token. How: after the original, for the target's
+    own gather (``shift_computed_tokens == 0``) with a plugin drafter, keep the returned mask on the runner
+    (``MM_MASK_ATTR``, a reference, no copy); ``stash_step`` (row 5) hands it over and clears it. The merged
+    embeddings need no patch: they stay in the runner's ``inputs_embeds`` buffer. Remove when: the V1 runner
+    is gone (MRV2: row 19), or ``propose`` receives the target's own mask. Upstream: none filed.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_multimodal.py.
+19. ``vllm.v1.worker.gpu.mm.encoder_runner.EncoderRunner.gather_mm_embeddings`` (MRV2) — :mod:`.model_runner_v2`
+    Why: as row 18 on MRV2: the mask is a per-step host tensor, and the speculator's ``mm_inputs`` is the
+    draft's look-ahead gather (``draft_lookahead=1``), not what the target consumed. How: after the
+    original, for ``draft_lookahead == 0``, keep the returned mask on the encoder runner (a reference);
+    the plugin speculator reads it with the encoder runner's ``inputs_embeds`` buffer and clears it.
+    Remove when: MRV2 gives speculators what the target consumed. Upstream: none filed.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_multimodal.py.
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
 model's ``combine_hidden_states`` itself): for attention drafters that

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._names import MM_MASK_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import when_imported, wrap_method
 
@@ -105,12 +106,24 @@ def _update_states_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return _update_states
 
 
+def _gather_mm_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _gather_mm_embeddings(self: Any, scheduler_output: Any, shift_computed_tokens: int = 0, *args: Any,
+                              **kwargs: Any) -> Any:
+        out = original(self, scheduler_output, shift_computed_tokens, *args, **kwargs)
+        if shift_computed_tokens == 0 and _is_plugin_drafter(self):  # the target's own, not EAGLE's shifted one
+            setattr(self, MM_MASK_ATTR, out[1])
+        return out
+
+    return _gather_mm_embeddings
+
+
 def patch_module(gmr: Any) -> None:
     cls = gmr.GPUModelRunner
     wrap_method(cls, "__init__", _init_wrap(gmr))
     wrap_method(cls, "propose_draft_token_ids", _propose_wrap)
     wrap_method(cls, "_on_request_state_removed", _removed_wrap)
     wrap_method(cls, "_update_states", _update_states_wrap)
+    wrap_method(cls, "_gather_mm_embeddings", _gather_mm_wrap)
 
 
 def apply_when_imported() -> None:

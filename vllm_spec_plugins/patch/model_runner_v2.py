@@ -1,4 +1,4 @@
-"""Model Runner V2 patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry (13-17).
+"""Model Runner V2 patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry (13-17, 19).
 
 All thin: they build the plugin speculator and hand request events to it
 (:mod:`vllm_spec_plugins.runtime.mrv2`); no plugin logic lives here.
@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._names import MM_MASK_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import rebind_global, when_imported, wrap_method
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm.spec_plugins")
 
 MODULE = "vllm.v1.worker.gpu.model_runner"
+ENCODER_MODULE = "vllm.v1.worker.gpu.mm.encoder_runner"
 
 
 def _plugin_speculator(runner: Any) -> Any:
@@ -47,8 +49,10 @@ def _init_wrap(original: Callable[..., None]) -> Callable[..., None]:
     def __init__(self: Any, vllm_config: Any, device: torch.device, *args: Any, **kwargs: Any) -> None:
         original(self, vllm_config, device, *args, **kwargs)
         spec = _plugin_speculator(self)
-        if spec is not None and spec.needs_aux_hidden_states:
-            self.use_aux_hidden_state_outputs = True  # MRV2 turns it on for 4 method names only
+        if spec is not None:
+            spec.attach_runner(self)  # what the target was fed (its model state), read at propose
+            if spec.needs_aux_hidden_states:
+                self.use_aux_hidden_state_outputs = True  # MRV2 turns it on for 4 method names only
 
     return __init__
 
@@ -85,6 +89,20 @@ def _postprocess_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return postprocess_sampled
 
 
+def _gather_mm_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def gather_mm_embeddings(self: Any, *args: Any, draft_lookahead: int = 0, **kwargs: Any) -> Any:
+        out = original(self, *args, draft_lookahead=draft_lookahead, **kwargs)
+        if not draft_lookahead:  # the target's own gather, not the drafter's look-ahead one
+            setattr(self, MM_MASK_ATTR, out[1])
+        return out
+
+    return gather_mm_embeddings
+
+
+def patch_encoder_runner(er: Any) -> None:
+    wrap_method(er.EncoderRunner, "gather_mm_embeddings", _gather_mm_wrap)
+
+
 def patch_module(mr: Any) -> None:
     rebind_global(mr, "init_speculator", _init_speculator_wrap)
     cls = mr.GPUModelRunner
@@ -97,3 +115,4 @@ def patch_module(mr: Any) -> None:
 def apply_when_imported() -> None:
     """Patch MRV2's ``GPUModelRunner`` when vLLM imports it (only worker processes that run MRV2 do)."""
     when_imported(MODULE, patch_module)
+    when_imported(ENCODER_MODULE, patch_encoder_runner)

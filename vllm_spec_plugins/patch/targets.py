@@ -388,6 +388,31 @@ TARGETS: tuple[Target, ...] = (
         why="patch 17: keep the step's sampled tokens for Source.SAMPLED_TOKEN_IDS",
     ),
     Target(
+        _RUNNER,
+        "GPUModelRunner._gather_mm_embeddings",
+        params=("self", "scheduler_output", "shift_computed_tokens"),
+        why="patch 18: keep the target's multimodal-row mask of the step for Source.IS_MULTIMODAL",
+    ),
+    Target(
+        _RUNNER,
+        "GPUModelRunner.inputs_embeds",
+        kind="attribute",
+        why="runtime/proposer.py: Source.TARGET_INPUTS_EMBEDS reads the V1 runner's merged input embeddings",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.mm.encoder_runner",
+        "EncoderRunner.gather_mm_embeddings",
+        params=("self", "req_ids", "total_num_scheduled_tokens", "num_scheduled_tokens", "query_start_loc",
+                "prefill_lens", "num_computed_tokens", "draft_lookahead"),
+        why="patch 19: keep the target's multimodal-row mask of the step (MRV2) for Source.IS_MULTIMODAL",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.mm.encoder_runner",
+        "EncoderRunner.inputs_embeds",
+        kind="attribute",
+        why="runtime/mrv2.py: Source.TARGET_INPUTS_EMBEDS reads MRV2's merged input embeddings buffer",
+    ),
+    Target(
         "vllm.v1.worker.gpu.states",
         "RequestState.req_id_to_index",
         kind="attribute",

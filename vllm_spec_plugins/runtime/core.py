@@ -23,13 +23,22 @@ import torch
 from vllm.forward_context import set_forward_context
 
 from .._names import ENV_TRACE_DIR
-from ..api import NUM_DRAFTS, Drafter, Source, model_class_error, model_class_gaps
+from ..api import MULTIMODAL_SOURCES, NUM_DRAFTS, Drafter, Source, model_class_error, model_class_gaps
 from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from . import trace
 from .guard import DraftGuard
-from .inputs import Binding, bind, loop_inputs_of, needs_aux, token_rows
+from .inputs import (
+    Binding,
+    TargetInputs,
+    bind,
+    check_pipeline_stages,
+    loop_inputs_of,
+    multimodal_rows,
+    needs_aux,
+    token_rows,
+)
 from .state import TOKEN_SOURCES, StatePool, StateRow, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
@@ -85,6 +94,48 @@ def state_hook(drafter: Drafter, model_cls: type) -> Any:
     return update
 
 
+class _LanguageModelView:
+    """What vLLM's EAGLE loaders expect ``get_language_model()`` to return: ``.model`` (the decoder, with
+    ``embed_tokens``) and ``.lm_head``."""
+
+    def __init__(self, decoder: Any, lm_head: Any) -> None:
+        self.model = decoder
+        self.lm_head = lm_head
+
+
+@contextlib.contextmanager
+def multimodal_target(target_model: Any) -> Iterator[None]:
+    """While vLLM's EAGLE ``load_model`` runs (both runners): two gaps in how it reads a multimodal target,
+    which stop vLLM's own EAGLE on the same targets (Idefics3 / SmolVLM among them):
+
+    * it takes the target's decoder as ``get_language_model().model``; for targets whose language model *is*
+      the decoder (Idefics3: a ``LlamaModel``, no ``.model``, its ``lm_head`` on the outer class) it raises
+      ``AttributeError: Target model does not have 'model' attribute``. For the call, ``get_language_model``
+      returns a view with ``.model`` (that decoder) and ``.lm_head`` (the target's);
+    * V1 reads the image token from the config's ``image_token_index``, except for a fixed list of
+      architectures; Idefics3's config calls it ``image_token_id``. For the call, it is copied over.
+
+    Both are undone when the call returns; text targets and targets vLLM reads correctly are left alone."""
+    undo: list[Any] = []
+    cfg = getattr(target_model, "config", None)
+    if cfg is not None and not hasattr(cfg, "image_token_index") and hasattr(cfg, "image_token_id"):
+        cfg.image_token_index = cfg.image_token_id
+        undo.append(lambda: delattr(cfg, "image_token_index"))
+    get_lm = getattr(target_model, "get_language_model", None)
+    if callable(get_lm):
+        lm = get_lm()
+        if getattr(lm, "model", None) is None and hasattr(lm, "embed_tokens"):
+            view = _LanguageModelView(lm, getattr(lm, "lm_head", None) or getattr(target_model, "lm_head", None))
+            object.__setattr__(target_model, "get_language_model", lambda: view)
+            undo.append(lambda: object.__delattr__(target_model, "get_language_model"))
+    try:
+        yield
+    finally:
+        for step in reversed(undo):
+            with contextlib.suppress(AttributeError):
+                step()
+
+
 def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     if name == "model":
         return model_dtype
@@ -119,8 +170,9 @@ class DrafterRuntime:
         self.model_cls = _import_class(drafter)
         hf = self.draft_model_config.hf_config
         aux_ids = getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or []
+        self.target_inputs = TargetInputs.of(vllm_config.model_config)
         common = dict(hf_config=hf, hidden_size=vllm_config.model_config.get_hidden_size(), num_aux=len(aux_ids),
-                      num_spec_tokens=self.num_speculative_tokens)
+                      num_spec_tokens=self.num_speculative_tokens, target=self.target_inputs)
         self.forward_bindings = bind(drafter, self.model_cls.forward, state_params=True,
                                      loop_inputs=loop_inputs_of(drafter), **common)
         #: API 3: the forward takes ``num_drafts`` (heads drafters), passed the step's k
@@ -135,6 +187,10 @@ class DrafterRuntime:
                 f"vllm_spec_plugins: {drafter.culprit()} asks for aux hidden states "
                 f"but declares no aux_layer_ids config key", plugin_name=drafter.plugin, dist=drafter.display_dist)
 
+        #: API 3: the forward or hook reads what the target was fed (merged input embeddings, their mask)
+        self.reads_target_inputs = bool(multimodal_rows(self.forward_bindings + self.update_bindings))
+        check_pipeline_stages(drafter, self.forward_bindings + self.update_bindings,
+                              int(getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1) or 1))
         self.max_reqs = vllm_config.scheduler_config.max_num_seqs
         model_dtype = vllm_config.model_config.dtype
         self.buffers: dict[Any, torch.Tensor] = {}
@@ -164,6 +220,7 @@ class DrafterRuntime:
         self.guard = DraftGuard(drafter, model_class=drafter.model_class, checkpoint=str(self.draft_model_config.model),
                                 vocab_size=self.target_vocab_size, device=device,
                                 async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
+        self._check_target_layers()
         self._trace_dir = os.environ.get(ENV_TRACE_DIR) or None
         self._trace_n = 0
         if self._trace_dir:
@@ -211,6 +268,24 @@ class DrafterRuntime:
             elif key == Source.POSITIONS_LAST:
                 pos = target_positions[0] if target_positions.dim() == 2 else target_positions
                 buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+            elif key == Source.TARGET_INPUTS_EMBEDS:
+                buf[key][:T].copy_(step["inputs_embeds"][:T])
+            elif key == Source.IS_MULTIMODAL:
+                mask = step.get("is_multimodal")
+                if mask is None:  # a text-only target, or a step that gathered no multimodal rows
+                    buf[key][:T].zero_()
+                else:  # (a pinned host tensor the runner built: an asynchronous copy, no sync)
+                    buf[key][:T].copy_(mask[:T], non_blocking=True)
+            elif key == Source.POSITIONS_ALL:
+                pos = step.get("mrope_positions", target_positions)  # MRV2 keeps M-RoPE positions apart
+                buf[key][:T].copy_(pos[:, :T].t() if pos.dim() == 2 else pos[:T])
+            elif key == Source.NEXT_POSITIONS:
+                pos = step.get("mrope_positions", target_positions)
+                if pos.dim() == 2:  # M-RoPE: one past the largest section, in every section
+                    nxt = pos.index_select(1, idx).amax(dim=0) + 1
+                    buf[key][:B].copy_(nxt.unsqueeze(1).expand(B, buf[key].shape[1]))
+                else:
+                    buf[key][:B].copy_(pos.index_select(0, idx) + 1)
             elif key == Source.NUM_NEW_TOKENS:
                 buf[key][:B].copy_(valid[:B])
             elif key == Source.NUM_ACCEPTED:
@@ -224,6 +299,12 @@ class DrafterRuntime:
                 buf[key][:B, :c].copy_(s[:B, :c])
         if self.pool is not None:
             self._carry_state(B, T)
+
+    def _zero_target_inputs(self, tokens: int) -> None:
+        """Dummy runs: zero input embeddings and an all-false multimodal mask (not the last step's)."""
+        for key in MULTIMODAL_SOURCES:
+            if key in self.buffers:
+                self.buffers[key][:tokens].zero_()
 
     def _carry_state(self, B: int, T: int) -> None:
         pool = self.pool
@@ -282,21 +363,41 @@ class DrafterRuntime:
 
     # -- start-up check ----------------------------------------------------------
 
-    def _load_error(self, what: str, exc: BaseException | None = None) -> PluginLoadError:
+    def _load_error(self, what: str, exc: BaseException | None = None, *, advice: str = "") -> PluginLoadError:
         d = self.drafter
         hf = self.draft_model_config.hf_config
         cause = f": {type(exc).__name__}: {exc}" if exc is not None else ""
         found = (getattr(hf, "hidden_size", None), getattr(hf, "vocab_size", None))
-        if found == (self.target_hidden_size, self.target_vocab_size):
+        if not advice and found == (self.target_hidden_size, self.target_vocab_size):
             advice = (f"The draft config's sizes match the target's (hidden_size {found[0]}, vocab_size {found[1]}): "
                       f"fix the checkpoint, or report it to the authors of {d.display_dist}.")
-        else:
+        elif not advice:
             advice = (f"Expected a draft for this target: hidden_size {self.target_hidden_size} and vocab_size "
                       f"{self.target_vocab_size} (the target's); found in the draft config: hidden_size {found[0]}, "
                       f"vocab_size {found[1]}. Use a draft trained for this target, or fix its config.json.")
         return PluginLoadError(
             f"vllm_spec_plugins: {d.culprit(model_class=True, checkpoint=self.draft_model_config.model)} "
             f"{what}{cause}. {advice}", plugin_name=d.plugin, dist=d.display_dist)
+
+    def _check_target_layers(self) -> None:
+        """A drafter reading chosen target layers (aux hidden states: EAGLE-3's loop, or a bound aux source)
+        needs a target class that exposes them (vLLM's ``SupportsEagle3``); otherwise vLLM fails while loading
+        the target, with a message naming neither draft nor plugin. Checked when the drafter is built, before
+        any model loads (the target's class, from vLLM's registry)."""
+        if not (self.needs_aux_hidden_states or getattr(self, "combines_target_layers", False)):
+            return
+        from vllm.model_executor.model_loader.utils import get_model_architecture
+        from vllm.model_executor.models.interfaces import supports_eagle3
+
+        model_config = self.vllm_config.model_config
+        cls, arch = get_model_architecture(model_config)
+        if not supports_eagle3(cls):
+            raise self._load_error(
+                f"reads hidden states of chosen target layers (aux_layer_ids, EAGLE-3 style), which vLLM takes "
+                f"only from target classes implementing its SupportsEagle3 interface; the target {arch} "
+                f"('{model_config.model}') does not in this vLLM (vLLM's own EAGLE-3 cannot serve it either)",
+                advice="Serve this target with a draft that reads only its final hidden states (EAGLE-1, Medusa, "
+                       "the MLP speculator).")
 
     @contextlib.contextmanager
     def _plugin_call(self, what: str) -> Iterator[None]:
@@ -443,6 +544,7 @@ class HeadsRuntime(DrafterRuntime):
     def _dummy_forward(self, rows: int, tokens: int) -> None:
         """State-carry hook and forward on the static buffers, writing no state (vLLM's warm-up runs)."""
         self._dummy_counts(rows, tokens)
+        self._zero_target_inputs(tokens)
         with set_forward_context(None, self.vllm_config, num_tokens=rows):
             if self.update_bindings:
                 getattr(self.model, self.drafter.update_state)(**self._kwargs(self.update_bindings, rows, tokens))
@@ -558,6 +660,7 @@ class AttentionRuntime(DrafterRuntime):
                 f"vllm_spec_plugins: {drafter.culprit()}: attention drafters get "
                 f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
                 f"token-row sources", plugin_name=drafter.plugin, dist=drafter.display_dist)
+        self._check_target_layers()
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
                          if b.source is not None}
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import DEFAULT_INPUTS, STEP_INPUTS, Drafter, ExtraInput, Source
+from ..api import DEFAULT_INPUTS, MULTIMODAL_SOURCES, STEP_INPUTS, Drafter, ExtraInput, Source
 from ..checkpoint import resolve_shape
 from ..errors import PluginContractError
 
@@ -28,6 +28,10 @@ SOURCE_DTYPE: dict[Source, str] = {
     Source.TOKEN_IDS_ALL: "int32",
     Source.NUM_SCHEDULED_TOKENS: "int32",
     Source.NUM_REJECTED: "int32",
+    Source.TARGET_INPUTS_EMBEDS: "model",
+    Source.IS_MULTIMODAL: "bool",
+    Source.POSITIONS_ALL: "int64",
+    Source.NEXT_POSITIONS: "int64",
 }
 
 
@@ -69,10 +73,37 @@ def _where(d: Drafter, fn: Callable[..., Any]) -> str:
     return f"{d.culprit()}, {d.model_class.split(':')[0]}.{qual}"
 
 
-def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_tokens: int) -> tuple[int, ...]:
+@dataclass(frozen=True)
+class TargetInputs:
+    """What the target is fed, as far as the API-3 sources need it (from the engine's model config)."""
+
+    multimodal: bool = False
+    """The target takes multimodal inputs (vLLM feeds it input embeddings)."""
+    embeds_size: int = 0
+    """``model_config.get_inputs_embeds_size()`` (0: the hidden size)."""
+    mrope_dims: int = 0
+    """M-RoPE sections (``model_config.mrope_num_dims``); 0: plain positions."""
+    model: str = ""
+    """The target's name or path, for messages."""
+
+    @classmethod
+    def of(cls, model_config: Any) -> TargetInputs:
+        mrope = bool(getattr(model_config, "uses_mrope", False))
+        return cls(multimodal=bool(getattr(model_config, "supports_multimodal_inputs", False)),
+                   embeds_size=int(model_config.get_inputs_embeds_size()),
+                   mrope_dims=int(model_config.mrope_num_dims) if mrope else 0,
+                   model=str(getattr(model_config, "model", "")))
+
+
+def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_tokens: int,
+                     target: TargetInputs | None = None) -> tuple[int, ...]:
     """What one row of ``source`` looks like in this engine."""
     if source in (Source.TARGET_HIDDEN_LAST, Source.TARGET_HIDDEN_ALL):
         return (hidden_size,)
+    if source is Source.TARGET_INPUTS_EMBEDS:
+        return ((target.embeds_size if target is not None and target.embeds_size else hidden_size),)
+    if source in (Source.POSITIONS_ALL, Source.NEXT_POSITIONS):
+        return (target.mrope_dims,) if target is not None and target.mrope_dims else ()
     if source in (Source.AUX_HIDDEN_LAST, Source.AUX_HIDDEN_ALL):
         return (num_aux * hidden_size,)
     if source is Source.SAMPLED_TOKEN_IDS:
@@ -82,7 +113,7 @@ def source_row_shape(source: Source, hidden_size: int, num_aux: int, num_spec_to
 
 def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int, num_aux: int, num_spec_tokens: int,
          extra_names: dict[str, Source] | None = None, state_params: bool = False,
-         loop_inputs: tuple[str, ...] = ()) -> list[Binding]:
+         loop_inputs: tuple[str, ...] = (), target: TargetInputs | None = None) -> list[Binding]:
     """Bind every parameter of ``fn`` to a source.
 
     Parameters are matched by name: inputs the drafting loop passes itself
@@ -90,7 +121,8 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
     (:data:`~vllm_spec_plugins.api.DEFAULT_INPUTS`), then (with ``state_params``)
     state names. A parameter with a default value that nothing
     provides is left out; one without is a load-time error. ``hf_config=None`` matches
-    names only (shapes are neither resolved nor compared).
+    names only (shapes are neither resolved nor compared). ``target``: what the target is fed (the API-3
+    sources' shapes; ``Source.TARGET_INPUTS_EMBEDS`` is refused on a text-only target); ``None``: not checked.
 
     Raises:
         PluginContractError: naming plugin, class and parameter, or expected vs found shape/dtype.
@@ -120,7 +152,13 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
                 out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
                                    s.dtype))
                 continue
-            found = source_row_shape(e.source, hidden_size, num_aux, num_spec_tokens)
+            if e.source is Source.TARGET_INPUTS_EMBEDS and target is not None and not target.multimodal:
+                raise PluginContractError(
+                    f"vllm_spec_plugins: {_where(d, fn)}: extra input {e.name!r} reads {e.source.value} (the "
+                    f"target's merged multimodal input embeddings), but the target {target.model!r} is text-only: "
+                    f"vLLM feeds it token ids, not embeddings. Serve this draft with a multimodal target, or use "
+                    f"a draft made for a text target", plugin_name=d.plugin, dist=d.display_dist)
+            found = source_row_shape(e.source, hidden_size, num_aux, num_spec_tokens, target)
             # shape None: not checked; () in an API-1 plugin meant the same (API 2: one scalar per row)
             if e.shape is not None and hf_config is not None and not (e.shape == () and d.api == 1):
                 declared = shape_of(d, hf_config, e.shape, f"extra input {e.name!r}")
@@ -139,8 +177,8 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
             out.append(Binding(p.name, e.source, None, found, SOURCE_DTYPE[e.source]))
         elif p.name in defaults:
             src = defaults[p.name]
-            out.append(Binding(p.name, src, None, source_row_shape(src, hidden_size, num_aux, num_spec_tokens),
-                               SOURCE_DTYPE[src]))
+            out.append(Binding(p.name, src, None, source_row_shape(src, hidden_size, num_aux, num_spec_tokens,
+                                                                   target), SOURCE_DTYPE[src]))
         elif state_params and p.name in states:
             s = states[p.name]
             out.append(Binding(p.name, Source.STATE, s.name, shape_of(d, hf_config, s.shape, f"state {s.name!r}"),
@@ -156,6 +194,24 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
 
 def token_rows(bindings: list[Binding]) -> list[Binding]:
     return [b for b in bindings if b.source is not None and b.source.rows == "token"]
+
+
+def multimodal_rows(bindings: list[Binding]) -> list[Binding]:
+    """Bindings reading what the target was fed (its merged input embeddings, their mask)."""
+    return [b for b in bindings if b.source in MULTIMODAL_SOURCES]
+
+
+def check_pipeline_stages(d: Drafter, bindings: list[Binding], pipeline_parallel_size: int) -> None:
+    """Refuse a drafter reading what the target was fed under pipeline parallelism: the first stage computes
+    the input embeddings and the mask, drafters run on the last stage."""
+    names = sorted({b.source.value for b in multimodal_rows(bindings) if b.source is not None})
+    if names and pipeline_parallel_size > 1:
+        raise PluginContractError(
+            f"vllm_spec_plugins: {d.culprit()} reads {', '.join(names)}, which the first pipeline stage "
+            f"computes, but with pipeline_parallel_size={pipeline_parallel_size} drafters run on the last stage, "
+            f"which never sees them. Serve this draft with pipeline_parallel_size=1 (tensor parallelism works), or "
+            f"use a draft that does not read the target's input embeddings", plugin_name=d.plugin,
+            dist=d.display_dist)
 
 
 def needs_aux(bindings: list[Binding]) -> bool:

@@ -44,8 +44,9 @@ from vllm.model_executor.model_loader import get_model
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
+from .._names import MM_MASK_ATTR
 from ..api import Drafter, Source
-from .core import AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for
+from .core import AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for, multimodal_target
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -81,6 +82,29 @@ class Mrv2Runtime(DrafterRuntime):
         self._sampled: torch.Tensor | None = None
         self.wants_sampled = any(b.source is Source.SAMPLED_TOKEN_IDS
                                  for b in self.forward_bindings + self.update_bindings)
+
+    def attach_runner(self, runner: Any) -> None:
+        """The MRV2 model runner (patch 14): its model state holds what the target is fed at each step."""
+        self._mrv2_runner = runner
+
+    def _target_inputs(self, T: int) -> dict[str, Any]:
+        """What the target was fed this step, from MRV2's own buffers (no copy): the merged input embeddings
+        (the encoder runner's persistent buffer), the multimodal-row mask its gather built (patch 19), and the
+        M-RoPE positions (the rope state's buffer), where the target has them."""
+        state = getattr(getattr(self, "_mrv2_runner", None), "model_state", None)
+        out: dict[str, Any] = {}
+        rope = getattr(state, "rope_state", None)
+        if rope is not None:
+            out["mrope_positions"] = rope.get_positions(T)
+        if getattr(self, "reads_target_inputs", False):
+            encoder = getattr(state, "encoder_runner", None)
+            if encoder is None:
+                raise RuntimeError("vllm_spec_plugins: MRV2's model state has no encoder runner: the target's "
+                                   "input embeddings are not available on this rank")
+            out["inputs_embeds"] = encoder.inputs_embeds
+            out["is_multimodal"] = getattr(encoder, MM_MASK_ATTR, None)
+            setattr(encoder, MM_MASK_ATTR, None)  # the next step gathers its own
+        return out
 
     # -- request lifecycle (from the runner patches, outside propose) ----------------
 
@@ -142,7 +166,8 @@ class Mrv2Runtime(DrafterRuntime):
         self._step = {"hidden_states": last_hidden_states, "aux_hidden_states": aux_hidden_states,
                       "valid_count": num_sampled, "req_ids": list(input_batch.req_ids[:B]),
                       "sampled_token_ids": sampled, "target_token_ids": input_batch.input_ids,
-                      "num_rejected": num_rejected, "query_start_loc": qsl, "idx_mapping": slots}
+                      "num_rejected": num_rejected, "query_start_loc": qsl, "idx_mapping": slots,
+                      **self._target_inputs(T)}
         return B, T, last
 
     def _begin(self, input_batch: Any, last_hidden_states: torch.Tensor, aux_hidden_states: Any,
@@ -186,6 +211,7 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"):
             super().load_model(target_model)
+        self.supports_mm_inputs = False  # as on V1 (runtime/proposer.py): the API-3 sources instead
         self._bind_and_trial(target_model)
 
     def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
@@ -235,7 +261,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         self._setup_mrv2(lambda: self._setup_attention(vllm_config, device, None, drafter))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        with self._plugin_call("failed to build the model or load its weights"):
+        with self._plugin_call("failed to build the model or load its weights"), multimodal_target(target_model):
             super().load_model(target_model)  # vLLM's: load_eagle_model, draft layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_buffers.input_ids[:1], self.input_buffers.positions[:1],

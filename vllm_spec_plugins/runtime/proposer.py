@@ -19,9 +19,17 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
+from .._names import MM_MASK_ATTR
 from ..api import Drafter
 from ..routing import ATTENTION_METHOD
-from .core import AttentionDrafterAdapter, AttentionRuntime, DrafterRuntime, HeadsRuntime, drafter_for  # noqa: F401
+from .core import (  # noqa: F401
+    AttentionDrafterAdapter,
+    AttentionRuntime,
+    DrafterRuntime,
+    HeadsRuntime,
+    drafter_for,
+    multimodal_target,
+)
 
 if TYPE_CHECKING:
     #: What vLLM's ``propose`` takes as ``mm_embed_inputs`` and ``slot_mappings`` (passed through as they are).
@@ -50,6 +58,10 @@ class PluginProposerMixin(DrafterRuntime):
     def stash_step(self, runner: Any, *, hidden_states: torch.Tensor,
                    aux_hidden_states: list[torch.Tensor] | None) -> None:
         self._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states}
+        if self.reads_target_inputs:  # what the runner fed the target this step (its own buffers, no copy)
+            self._step["inputs_embeds"] = runner.inputs_embeds.gpu
+            self._step["is_multimodal"] = getattr(runner, MM_MASK_ATTR, None)
+            setattr(runner, MM_MASK_ATTR, None)  # the next step gathers its own
 
     def prepare_next_token_ids_padded(self, sampled_token_ids: torch.Tensor, requests: dict[str, Any],
                                       gpu_input_batch: Any, discard_request_mask: torch.Tensor
@@ -106,6 +118,10 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
         self._raise_if_draft_tp_mismatch()
         self.use_heterogeneous_vocab = False
         self.vocab_mapping = None
+        # No multimodal embeddings from the runner: a heads drafter has no first pass to feed them to (the
+        # API-3 sources give what the target was fed). vLLM's shifted gather for drafters would cost a pass over
+        # the encoder cache per step, and under a chunked prefill it raises "Encoder cache miss" on 0.32.
+        self.supports_mm_inputs = False
         self._setup_plugin(vllm_config, device, runner, drafter,
                            request_rows=vllm_config.scheduler_config.max_num_seqs)
 
@@ -176,7 +192,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         self._setup_attention(vllm_config, device, runner, drafter)
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        with self._plugin_call("failed to build the model or load its weights"):
+        with self._plugin_call("failed to build the model or load its weights"), multimodal_target(target_model):
             super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
