@@ -264,7 +264,14 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
         rep.add("model class", FAIL, f"{d.model_class} (plugin {d.plugin!r}, {d.display_dist}) fails to import: "
                                      f"{_err(e)}\n{_tb_tail(e)}")
         return rep
-    _check_bindings(rep, d, cls, hf, hidden if isinstance(hidden, int) else None, k)
+    target_inputs = None
+    if vllm_config is not None:
+        from .runtime.inputs import TargetInputs
+
+        target_inputs = TargetInputs.of(vllm_config.model_config)
+    _check_bindings(rep, d, cls, hf, hidden if isinstance(hidden, int) else None, k, target_inputs)
+    if d.kind == "attention":
+        _check_multimodal_embeddings(rep, d, cls, target_inputs)
     if not target:
         rep.add("weights", SKIP, "pass --target TARGET to build the model on CPU and load the checkpoint into it")
         return rep
@@ -339,8 +346,41 @@ def _cfg_object(d: Drafter, checkpoint: str, raise_errors: bool = False) -> Any:
         return None
 
 
-def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: int | None, k: int) -> None:
-    """Every forward / state-carry hook parameter provided; declared shapes resolve (and match the source)."""
+def _check_multimodal_embeddings(rep: Report, d: Drafter, cls: type[Any], target: Any) -> None:
+    """Attention drafters under a multimodal target: vLLM's EAGLE loop hands the image embeddings to a class
+    that sets ``supports_multimodal_embeddings``, through ``embed_input_ids(input_ids, multimodal_embeddings=,
+    is_multimodal=)``; a class that sets the flag without such a method fails at the first image prompt."""
+    import inspect
+
+    flag = bool(getattr(cls, "supports_multimodal_embeddings", False))
+    mm = target is not None and target.multimodal
+    if not flag:
+        if mm:
+            rep.add("multimodal", INFO, f"{d.model_class} does not set supports_multimodal_embeddings: under this "
+                                        f"multimodal target vLLM's loop gives it the text embeddings of the image "
+                                        f"placeholder tokens, not the image's (vLLM warns once)")
+        return
+    fn = getattr(cls, "embed_input_ids", None)
+    params = inspect.signature(fn).parameters if callable(fn) else {}
+    takes = {"multimodal_embeddings", "is_multimodal"} <= set(params) or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if not takes:
+        got = f"embed_input_ids{inspect.signature(fn)}" if callable(fn) else "no embed_input_ids"
+        rep.add("multimodal", FAIL,
+                f"{d.model_class} (plugin {d.plugin!r}, {d.display_dist}) sets supports_multimodal_embeddings, so "
+                f"vLLM's EAGLE loop calls embed_input_ids(input_ids, multimodal_embeddings=..., is_multimodal=...) "
+                f"under a multimodal target, but the class has {got}. Implement it (merging the embeddings where "
+                f"is_multimodal is True, as vLLM's EAGLE classes do), or drop the flag")
+        return
+    rep.add("multimodal", OK, f"{d.model_class} sets supports_multimodal_embeddings and takes "
+                              f"embed_input_ids(..., multimodal_embeddings, is_multimodal)"
+                              + ("" if mm else " (the target is text-only: not used)"))
+
+
+def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: int | None, k: int,
+                    target: Any = None) -> None:
+    """Every forward / state-carry hook parameter provided; declared shapes resolve (and match the source);
+    with ``--target``, the API-3 sources against what that target is fed."""
     from .checkpoint import resolve_shape
     from .errors import PluginContractError
     from .runtime.inputs import bind, loop_inputs_of
@@ -349,7 +389,7 @@ def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: in
     aux = getattr(hf, d.aux_layer_ids, None) if (hf is not None and d.aux_layer_ids) else None
     shapes = hf is not None and hidden is not None
     common: dict[str, Any] = dict(hf_config=hf if shapes else None, hidden_size=hidden or 0,
-                                  num_aux=len(aux or ()), num_spec_tokens=k)
+                                  num_aux=len(aux or ()), num_spec_tokens=k, target=target)
     hooks: list[tuple[str, Any, dict[str, Any]]] = [("forward", cls.forward, dict(state_params=True, loop_inputs=loop_inputs))]
     if d.state:
         from .runtime.core import state_hook

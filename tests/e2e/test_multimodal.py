@@ -18,6 +18,7 @@ SmolVLM's architecture, random weights, 4 tokens per image), served with image p
 from __future__ import annotations
 
 import base64
+import os
 
 import pytest
 import torch
@@ -56,7 +57,7 @@ def vlm(tmp_path_factory):
     probe = d / "mm-probe"
     probe.mkdir()
     (probe / "config.json").write_text('{"model_type": "vsp_mm_probe", "architectures": ["MMProbeDrafter"], '
-                                       '"hidden_size": 128, "vocab_size": 304, "num_heads": 3, "image_weight": 1.0}')
+                                       '"num_heads": 3, "image_weight": 1.0}')  # sizes: the target's
     from safetensors.torch import save_file
 
     save_file({"one": torch.ones(1)}, str(probe / "model.safetensors"))
@@ -157,8 +158,8 @@ def _rows(records):
 
 
 @pytest.fixture(scope="module")
-def probe_runs(vlm, tmp_path_factory):
-    site = _pip_target(tmp_path_factory, "mm_probe_drafter")
+def probe_runs(vlm, probe_site, tmp_path_factory):
+    site = probe_site
     runs = {}
     for runner in ("v1", "v2"):
         trace = tmp_path_factory.mktemp(f"probe-{runner}")
@@ -243,3 +244,34 @@ def test_openai_server_image_as_data_uri(vlm, tmp_path):
 
                 assert metric(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
     assert got[True] == got[False] and got[True]
+
+
+@pytest.fixture(scope="module")
+def probe_site(tmp_path_factory):
+    return _pip_target(tmp_path_factory, "mm_probe_drafter")
+
+
+def _check(draft, target, site):
+    import subprocess
+    import sys
+
+    env = {**os.environ, **with_pythonpath(site)}
+    r = subprocess.run([sys.executable, "-m", "vllm_spec_plugins", "check", str(draft), "--target", str(target)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_check_agrees_with_the_engine_on_the_multimodal_sources(vlm, tiny, probe_site):
+    rc, out = _check(vlm["probe"], vlm["target"], probe_site)
+    assert rc == 0 and "result: PASS" in out, out
+    assert "embeds <- target_inputs_embeds [128] model" in out
+    # the engine refuses the probe on a text target (bad-inputs row 72): so does check
+    rc, out = _check(vlm["probe"], tiny["target"], probe_site)
+    assert rc != 0 and "result: FAIL" in out, out
+    assert "reads target_inputs_embeds" in out and "is text-only" in out
+    bad = run_engine(tiny["target"], speculative_config={"model": str(vlm["probe"]), "num_speculative_tokens": 3},
+                     prompts=[[1, 50, 60]], max_tokens=4, env=with_pythonpath(probe_site), check=False)
+    assert bad.returncode != 0 and "is text-only" in bad.log
+    # an EAGLE draft that does not take the image's embeddings: said, not refused
+    rc, out = _check(vlm["eagle"], vlm["target"], probe_site)
+    assert rc == 0 and "does not set supports_multimodal_embeddings" in out, out

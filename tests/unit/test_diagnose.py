@@ -266,3 +266,39 @@ def test_check_refuses_what_the_engine_refuses_before_vllm_reads_the_config(tmp_
     rep = diagnose.check_checkpoint(str(src), num_speculative_tokens=0)
     assert not rep.ok
     assert "num_speculative_tokens=0 (--spec-tokens 0): a speculative config needs num_speculative_tokens >= 1" in rep.format()
+
+
+def test_check_refuses_an_attention_class_claiming_multimodal_embeddings_it_cannot_take():
+    import dataclasses
+
+    from vllm_spec_plugins import Drafter
+    from vllm_spec_plugins.runtime.inputs import TargetInputs
+
+    d = dataclasses.replace(Drafter(architectures=("A",), model_class="pkg.m:A", kind="attention"), plugin="toy",
+                            dist_label="toy-dist 1.0")
+    vlm, text = TargetInputs(multimodal=True, embeds_size=8), TargetInputs(multimodal=False)
+
+    class Claims:
+        supports_multimodal_embeddings = True
+
+        def embed_input_ids(self, input_ids):
+            ...
+
+    class Takes(Claims):
+        def embed_input_ids(self, input_ids, multimodal_embeddings=None, is_multimodal=None):
+            ...
+
+    class Plain:
+        def embed_input_ids(self, input_ids):
+            ...
+
+    def rows(cls, target):
+        rep = diagnose.Report("t")
+        diagnose._check_multimodal_embeddings(rep, d, cls, target)
+        return [(i.status, i.detail) for i in rep.items]
+
+    (status, detail), = rows(Claims, vlm)
+    assert status == diagnose.FAIL and "plugin 'toy'" in detail and "embed_input_ids(self, input_ids)" in detail
+    assert rows(Claims, text)[0][0] == diagnose.FAIL  # wrong whatever the target
+    assert rows(Takes, vlm)[0][0] == diagnose.OK
+    assert rows(Plain, vlm)[0][0] == diagnose.INFO and rows(Plain, text) == []
