@@ -185,6 +185,13 @@ plugin model's ``combine_hidden_states`` itself and runs the base loop with the 
 ``propose`` tells ``eagle`` from ``eagle3``; checked on 0.32 and 0.33).
 Verified by: tests/e2e/test_eagle3_engine.py.
 
+Not a patch, but set for the duration of a plugin EAGLE drafter's ``load_model`` only (both runners;
+:func:`vllm_spec_plugins.runtime.core.multimodal_target`): under a multimodal target whose language model is
+the decoder itself (Idefics3 / SmolVLM), the target instance's ``get_language_model`` returns a view with
+``.model`` and ``.lm_head``, which vLLM's EAGLE loaders expect; a config with ``image_token_id`` but no
+``image_token_index`` gets the latter (V1 reads it). Both are undone when the call returns. Verified by:
+tests/e2e/test_multimodal.py (EAGLE-1 on the tiny VLM; vLLM's own EAGLE fails there without it).
+
 Public vLLM APIs used without patching: ``ModelRegistry.register_model`` (lazy
 ``"module:Class"``; plugin classes under private names ``<arch>__vsp_<plugin>``, never over
 a name vLLM or Transformers serve, :mod:`vllm_spec_plugins.owners`) and
