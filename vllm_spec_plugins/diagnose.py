@@ -272,6 +272,14 @@ def check_checkpoint(checkpoint: str, target: str | None = None, *, method: str 
     _check_bindings(rep, d, cls, hf, hidden if isinstance(hidden, int) else None, k, target_inputs)
     if d.kind == "attention":
         _check_multimodal_embeddings(rep, d, cls, target_inputs)
+    if vllm_config is not None and d.aux_layer_ids:
+        from .runtime.core import TARGET_LAYERS_ADVICE, target_layers_refusal
+
+        refusal = target_layers_refusal(vllm_config.model_config)
+        if refusal:  # what the engine refuses when it builds the drafter
+            rep.add("target layers", FAIL, f"{d.culprit(model_class=True, checkpoint=checkpoint)} {refusal}. "
+                                           f"{TARGET_LAYERS_ADVICE}")
+            return rep
     if not target:
         rep.add("weights", SKIP, "pass --target TARGET to build the model on CPU and load the checkpoint into it")
         return rep

@@ -213,6 +213,11 @@ NOT_A_CHECK_CASE = {
     "70": "the heads trial's num_drafts=1 call: `check --target` runs the same trial through the in-process start "
           "the test kit's harness drives (u:test_harness)",
     "71": "binding rules, unit-tested (u:test_bind); the refusal reaches `check` through the same bind()",
+    "72": "needs the test-only multimodal probe plugin: check and the engine compared side by side in "
+          "e:test_multimodal::test_check_agrees_with_the_engine_on_the_multimodal_sources",
+    "73": "pipeline parallelism cannot run on this CPU build; the rule is unit-tested (u:test_bind)",
+    "74": "a multimodal target: check and the engine compared in e:test_multimodal (check case and "
+          "test_an_eagle3_draft_is_refused_naming_draft_plugin_and_target)",
 }
 
 

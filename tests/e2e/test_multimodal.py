@@ -272,3 +272,6 @@ def test_check_agrees_with_the_engine_on_the_multimodal_sources(vlm, tiny, probe
     # an EAGLE draft that does not take the image's embeddings: said, not refused
     rc, out = _check(vlm["eagle"], vlm["target"], probe_site)
     assert rc == 0 and "does not set supports_multimodal_embeddings" in out, out
+    # EAGLE-3 on a target without SupportsEagle3: the engine refuses it (row 74), so does check
+    rc, out = _check(vlm["eagle3"], vlm["target"], probe_site)
+    assert rc != 0 and "SupportsEagle3" in out and f"draft '{vlm['eagle3']}' (plugin 'eagle'" in out, out

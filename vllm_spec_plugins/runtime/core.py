@@ -136,6 +136,26 @@ def multimodal_target(target_model: Any) -> Iterator[None]:
                 step()
 
 
+TARGET_LAYERS_ADVICE = ("Serve this target with a draft that reads only its final hidden states (EAGLE-1, Medusa, "
+                        "the MLP speculator).")
+
+
+def target_layers_refusal(model_config: Any) -> str | None:
+    """Why a drafter reading chosen target layers (aux hidden states: EAGLE-3's loop, or a bound aux source)
+    cannot run on this target, or ``None``: vLLM takes them only from target classes implementing its
+    ``SupportsEagle3``, and otherwise fails while loading the target with a message naming neither draft nor
+    plugin. The target's class comes from vLLM's registry (nothing is loaded). ``check --target`` asks too."""
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    cls, arch = get_model_architecture(model_config)
+    if supports_eagle3(cls):
+        return None
+    return (f"reads hidden states of chosen target layers (aux_layer_ids, EAGLE-3 style), which vLLM takes only "
+            f"from target classes implementing its SupportsEagle3 interface; the target {arch} "
+            f"('{model_config.model}') does not in this vLLM (vLLM's own EAGLE-3 cannot serve it either)")
+
+
 def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     if name == "model":
         return model_dtype
@@ -380,24 +400,13 @@ class DrafterRuntime:
             f"{what}{cause}. {advice}", plugin_name=d.plugin, dist=d.display_dist)
 
     def _check_target_layers(self) -> None:
-        """A drafter reading chosen target layers (aux hidden states: EAGLE-3's loop, or a bound aux source)
-        needs a target class that exposes them (vLLM's ``SupportsEagle3``); otherwise vLLM fails while loading
-        the target, with a message naming neither draft nor plugin. Checked when the drafter is built, before
-        any model loads (the target's class, from vLLM's registry)."""
+        """A drafter reading chosen target layers needs a target class that exposes them (checked when the
+        drafter is built, before any model loads; :func:`target_layers_refusal`)."""
         if not (self.needs_aux_hidden_states or getattr(self, "combines_target_layers", False)):
             return
-        from vllm.model_executor.model_loader.utils import get_model_architecture
-        from vllm.model_executor.models.interfaces import supports_eagle3
-
-        model_config = self.vllm_config.model_config
-        cls, arch = get_model_architecture(model_config)
-        if not supports_eagle3(cls):
-            raise self._load_error(
-                f"reads hidden states of chosen target layers (aux_layer_ids, EAGLE-3 style), which vLLM takes "
-                f"only from target classes implementing its SupportsEagle3 interface; the target {arch} "
-                f"('{model_config.model}') does not in this vLLM (vLLM's own EAGLE-3 cannot serve it either)",
-                advice="Serve this target with a draft that reads only its final hidden states (EAGLE-1, Medusa, "
-                       "the MLP speculator).")
+        why = target_layers_refusal(self.vllm_config.model_config)
+        if why:
+            raise self._load_error(why, advice=TARGET_LAYERS_ADVICE)
 
     @contextlib.contextmanager
     def _plugin_call(self, what: str) -> Iterator[None]:
