@@ -159,12 +159,11 @@ def _rows(records):
 
 @pytest.fixture(scope="module")
 def probe_runs(vlm, probe_site, tmp_path_factory):
-    site = probe_site
     runs = {}
     for runner in ("v1", "v2"):
         trace = tmp_path_factory.mktemp(f"probe-{runner}")
         r = _run(vlm, runner, "probe", llm_kwargs=CHUNKED,
-                 env={**with_pythonpath(site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                 env={**with_pythonpath(probe_site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
         runs[runner] = (r, _rows(load_trace(trace)))
     return runs
 

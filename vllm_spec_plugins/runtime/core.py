@@ -400,7 +400,7 @@ class DrafterRuntime:
             f"{what}{cause}. {advice}", plugin_name=d.plugin, dist=d.display_dist)
 
     def _check_target_layers(self) -> None:
-        """A drafter reading chosen target layers needs a target class that exposes them (checked when the
+        """A drafter reading chosen target layers needs a target class that exposes them (checked once, when the
         drafter is built, before any model loads; :func:`target_layers_refusal`)."""
         if not (self.needs_aux_hidden_states or getattr(self, "combines_target_layers", False)):
             return
@@ -654,8 +654,8 @@ class AttentionRuntime(DrafterRuntime):
 
     def _setup_attention(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter) -> None:
         rows = self.max_num_tokens  # later passes may be padded beyond max_num_seqs
+        self.combines_target_layers = bool(drafter.aux_layer_ids)  # (before _setup_plugin: it checks the target)
         self._setup_plugin(vllm_config, device, runner, drafter, request_rows=rows)
-        self.combines_target_layers = bool(drafter.aux_layer_ids)
         if self.combines_target_layers and not callable(getattr(self.model_cls, "combine_hidden_states", None)):
             raise PluginContractError(
                 f"vllm_spec_plugins: {drafter.culprit()}: attention drafter "
@@ -669,7 +669,6 @@ class AttentionRuntime(DrafterRuntime):
                 f"vllm_spec_plugins: {drafter.culprit()}: attention drafters get "
                 f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
                 f"token-row sources", plugin_name=drafter.plugin, dist=drafter.display_dist)
-        self._check_target_layers()
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
                          if b.source is not None}
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
