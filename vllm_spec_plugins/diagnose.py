@@ -364,9 +364,14 @@ def _check_multimodal_embeddings(rep: Report, d: Drafter, cls: type[Any], target
     mm = target is not None and target.multimodal
     if not flag:
         if mm:
+            from .api import Source
+
+            reads = any(e.source == Source.TARGET_INPUTS_EMBEDS for e in d.extra_inputs)
             rep.add("multimodal", INFO, f"{d.model_class} does not set supports_multimodal_embeddings: under this "
                                         f"multimodal target vLLM's loop gives it the text embeddings of the image "
-                                        f"placeholder tokens, not the image's (vLLM warns once)")
+                                        f"placeholder tokens, not the image's (vLLM warns once)"
+                                        + ("; its forward reads target_inputs_embeds, the target's merged embeddings "
+                                           "in the first pass" if reads else ""))
         return
     fn = getattr(cls, "embed_input_ids", None)
     params = inspect.signature(fn).parameters if callable(fn) else {}

@@ -319,6 +319,9 @@ def _unmarked_eagle(host: PluginHost, model: str | None, local: dict[str, Any]) 
         return
     archs = list(local.get("architectures") or [])
     attention = [p for p in host.plugins.values() if not p.error and any(d.kind == "attention" for d in p.drafters)]
+    # the plugin claiming the checkpoint's architecture first, if one does
+    attention.sort(key=lambda p: not any(d.kind == "attention" and set(archs) & set(d.architectures)
+                                         for d in p.drafters))
     if attention:
         p = attention[0]
         how = (f"add \"{CONFIG_STAMP}\": \"{p.name}\" to '{model}/config.json' (plugin {p.name!r}, {p.dist_label}), "

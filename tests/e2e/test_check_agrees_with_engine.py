@@ -194,7 +194,7 @@ NOT_A_CHECK_CASE = {
     "14": "binding rules, unit-tested (u:test_bind); the refusal reaches `check` through the same bind()",
     "15": "binding rules, unit-tested (u:test_bind)",
     "17": "attention-drafter contract, read at bind time inside vLLM's EAGLE loop (u:test_bind)",
-    "18": "attention-drafter contract (u:test_bind)",
+    "18": "engine options `check` is not given (u:test_attention_adapter)",
     "20": "attention drafters' trial runs inside vLLM's EAGLE loop; `check` says it skips that trial",
     "23": "state-carry hook keys, checked by the same trial as rows 50-52 (u:test_state_pool)",
     **{r: "run time, after start-up: speculation turns off (e:test_faults)" for r in ("24", "25", "26", "27", "49")},

@@ -12,13 +12,17 @@ SmolVLM's architecture, random weights, 4 tokens per image), served with image p
   consumed, row for row, through a chunked prefill that splits the image: text rows are the target's
   token embeddings, image rows the image's features (computed here with Transformers), the mask marks
   exactly the image tokens, positions are each request's own; V1 and MRV2 trace the same values;
+* its attention drafter (EAGLE-1's draft taking the token-row sources) gets the target's rows in the first
+  pass of vLLM's EAGLE loop, beside vLLM's own inputs for those rows, and zeros in the later passes, the same
+  on both runners;
 * through the OpenAI server, an image given as a ``data:`` URI, with Medusa; and Medusa at TP=2.
 """
 
 from __future__ import annotations
 
 import base64
-import os
+import glob
+import json
 
 import pytest
 import torch
@@ -70,12 +74,20 @@ def vlm(tmp_path_factory):
         "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=None),
         "mlp": make_tiny_mlp_speculator(d / "mlp", target, n_predict=3),
         "probe": probe,
+        "attn_probe": _claimed(make_tiny_eagle(d / "attn-probe", target), "EagleMMProbeLlama"),
     }
 
 
-def _run(vlm, runner, draft=None, *, llm_kwargs=MM, env=None, **kw):
+def _claimed(path, arch):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def _run(vlm, runner, draft=None, *, llm_kwargs=MM, env=None, method=None, **kw):
     spec = None if draft is None else {"model": str(vlm[draft] if draft in vlm else draft),
-                                        "num_speculative_tokens": 3}
+                                        "num_speculative_tokens": 3, **({"method": method} if method else {})}
     return run_engine(vlm["target"], speculative_config=spec, text_prompts=[VLM_PROMPT] * 3 + [TEXT_PROMPT],
                       images=[*vlm["images"], None], max_tokens=MAX_TOKENS, llm_kwargs=llm_kwargs,
                       env={**POLICY_OFF, **(env or {})}, runner=runner, **kw)
@@ -212,6 +224,90 @@ def test_probe_sees_the_same_on_v1_and_mrv2(probe_runs):
                 assert torch.equal(a[rid][key], b[rid][key]), (rid, key)
 
 
+@pytest.fixture(scope="module")
+def attention_probe_runs(vlm, probe_site, tmp_path_factory):
+    """The attention probe (EAGLE-1's draft, taking the token-row sources) through a chunked prefill."""
+    runs = {}
+    for runner in ("v1", "v2"):
+        trace, log = tmp_path_factory.mktemp(f"attn-trace-{runner}"), tmp_path_factory.mktemp(f"attn-log-{runner}")
+        r = _run(vlm, runner, "attn_probe", method="mmprobe", llm_kwargs=CHUNKED,
+                 env={**with_pythonpath(probe_site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
+                      "VSP_MM_PROBE_LOG": str(log)})
+        records = load_trace(trace)
+        calls = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(log / "*.pt")))]
+        runs[runner] = (r, records, calls[len(calls) - 3 * len(records):])  # warm-up first; then K=3 passes a step
+    return runs
+
+
+def test_attention_drafter_gets_the_target_rows_in_its_first_pass(vlm, attention_probe_runs, base):
+    """Pass 1 of vLLM's EAGLE loop has the target's token layout: row t of a token-row source is the target's
+    row t (its embeddings, mask, position, token), beside vLLM's own inputs for that row (the token after it,
+    the same position). Later passes (one row per request, drafted tokens) get zeros."""
+    table = target_embeddings(vlm["target"])
+    feats = _image_features(vlm)
+    for runner, (r, records, calls) in attention_probe_runs.items():
+        assert r.outputs == base[runner].outputs, runner
+        assert r.metrics["accepted"] > 0, runner
+        assert "served by plugin 'mmprobe'" in r.log, runner
+        assert len(records) > 10 and len(calls) == 3 * len(records), runner
+        split = checked = 0
+        for i, rec in enumerate(records):
+            first, later = calls[3 * i], calls[3 * i + 1:3 * i + 3]
+            x = rec["inputs"]
+            T = x["tokens"].shape[0]
+            assert first["rows"] >= T
+            for key in ("tokens", "pos", "is_mm", "embeds"):  # what the forward got is what was traced
+                assert torch.equal(first[key][:T], x[key]), (runner, i, key)
+            tokens = x["tokens"].to(torch.int64)
+            mm = tokens == 260
+            assert torch.equal(x["is_mm"], mm)
+            assert torch.equal(x["embeds"][~mm], table[tokens[~mm]])
+            start = 0
+            for row, rid in enumerate(rec["req_ids"]):
+                rid, n = base_request_id(rid), int(x["counts"][row])
+                sl = slice(start, start + n)
+                pos, tok, ids = x["pos"][sl], tokens[sl], first["input_ids"][sl].to(torch.int64)
+                if mm[sl].any():
+                    img = int(rid)
+                    torch.testing.assert_close(x["embeds"][sl][mm[sl]], feats[img][pos[mm[sl]] - 7],
+                                               rtol=1e-4, atol=1e-4)
+                    split += int(0 < int(mm[sl].sum()) < VLM_IMAGE_TOKENS)
+                # the rows vLLM keeps: a prompt chunk's all, a decode step's accepted ones
+                kept = n if int(pos[0]) < PROMPT_LEN[rid] else int(rec["valid_count"][row])
+                assert torch.equal(first["positions"][sl][:kept], pos[:kept]), (runner, i, rid)
+                assert torch.equal(ids[:kept - 1], tok[1:kept]), (runner, i, rid)  # vLLM's: the next token
+                checked += kept
+                start += n
+            assert start == T
+            B = len(rec["req_ids"])
+            for c in later:
+                assert c["rows"] >= B
+                for key in ("embeds", "pos", "tokens"):
+                    assert not c[key].any(), (runner, i, key)
+                assert not c["is_mm"].any()
+        assert split, "no prefill chunk split an image: the test does not test that"
+        assert checked > 150, checked
+    # the same rows on both runners (MRV2 may order a step's requests differently)
+    (_, r1, _), (_, r2, _) = attention_probe_runs["v1"], attention_probe_runs["v2"]
+    assert len(r1) == len(r2)
+    for a, b in zip(r1, r2, strict=True):
+        a, b = _by_request(a), _by_request(b)
+        assert a.keys() == b.keys()
+        for rid in a:
+            for key in a[rid]:
+                assert torch.equal(a[rid][key], b[rid][key]), (rid, key)
+
+
+def _by_request(rec):
+    """One step's traced token rows, by base request id."""
+    x, start, out = rec["inputs"], 0, {}
+    for row, rid in enumerate(rec["req_ids"]):
+        n = int(x["counts"][row])
+        out[base_request_id(rid)] = {key: x[key][start:start + n] for key in ("tokens", "pos", "is_mm", "embeds")}
+        start += n
+    return out
+
+
 def test_medusa_serves_the_vlm_at_tensor_parallel_2(vlm, base):
     r = _run(vlm, "v1", "medusa", tensor_parallel_size=2)
     assert r.outputs == base["v1"].outputs
@@ -247,14 +343,15 @@ def probe_site(tmp_path_factory):
     return _pip_target(tmp_path_factory, "mm_probe_drafter")
 
 
-def _check(draft, target, site):
-    import subprocess
+def _check(draft, target, site, *argv):
     import sys
 
-    env = {**os.environ, **with_pythonpath(site)}
-    r = subprocess.run([sys.executable, "-m", "vllm_spec_plugins", "check", str(draft), "--target", str(target)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    return r.returncode, r.stdout + r.stderr
+    from vllm_spec_plugins.testing import forkserver
+    from vllm_spec_plugins.testing.engine import default_env
+
+    return forkserver.run_module(sys.executable, "vllm_spec_plugins.cli",
+                                 ["check", str(draft), "--target", str(target), *argv],
+                                 default_env(with_pythonpath(site)), 600)
 
 
 def test_check_agrees_with_the_engine_on_the_multimodal_sources(vlm, tiny, probe_site):
@@ -268,6 +365,12 @@ def test_check_agrees_with_the_engine_on_the_multimodal_sources(vlm, tiny, probe
     bad = run_engine(tiny["target"], speculative_config={"model": str(vlm["probe"]), "num_speculative_tokens": 3},
                      prompts=[[1, 50, 60]], max_tokens=4, env=with_pythonpath(probe_site), check=False)
     assert bad.returncode != 0 and "is text-only" in bad.log
+    # the attention probe: the token-row sources bind; its EAGLE layout needs the plugin named
+    rc, out = _check(vlm["attn_probe"], vlm["target"], probe_site, "--method", "mmprobe")
+    assert rc == 0 and "result: PASS" in out, out
+    assert "embeds <- target_inputs_embeds [128] model" in out and "forward reads target_inputs_embeds" in out
+    rc, out = _check(vlm["attn_probe"], vlm["target"], probe_site)
+    assert rc != 0 and "pass --speculative-config '{\"method\": \"mmprobe\"" in out, out  # the claiming plugin
     # an EAGLE draft that does not take the image's embeddings: said, not refused
     rc, out = _check(vlm["eagle"], vlm["target"], probe_site)
     assert rc == 0 and "does not set supports_multimodal_embeddings" in out, out

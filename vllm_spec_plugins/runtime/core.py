@@ -627,6 +627,8 @@ class AttentionDrafterAdapter(torch.nn.Module):
         for b in p.forward_bindings:
             if b.source is None:
                 kwargs[b.param] = loop[b.param]
+            elif b.key in p.first_pass_rows:  # a token-row source: the target's rows, then zeros
+                kwargs[b.param] = (p.buffers if p.pass_index == 0 else p.later_pass_rows)[b.key][:rows]
             elif p.pass_index == 0:  # rows are tokens: give each token its request's row
                 exp = p.expanded[b.key][:rows]
                 torch.index_select(p.buffers[b.key], 0, p.token_request[:rows], out=exp)
@@ -663,17 +665,39 @@ class AttentionRuntime(DrafterRuntime):
                 f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
                 f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
                 plugin_name=drafter.plugin, dist=drafter.display_dist)
-        bad = token_rows(self.forward_bindings)
-        if bad:
-            raise PluginContractError(
-                f"vllm_spec_plugins: {drafter.culprit()}: attention drafters get "
-                f"token rows from vLLM's loop (hidden_states); extra input(s) {[b.param for b in bad]} use "
-                f"token-row sources", plugin_name=drafter.plugin, dist=drafter.display_dist)
+        #: API 3: token-row sources (the target's rows: multimodal embeddings, positions...) in the first pass
+        self.first_pass_rows = {b.key for b in token_rows(self.forward_bindings)}
+        if self.first_pass_rows:
+            self._check_first_pass_layout(vllm_config, drafter)
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
-                         if b.source is not None}
+                         if b.source is not None and b.key not in self.first_pass_rows}
+        #: later passes (one row per request: drafted tokens, which the target never consumed): zeros
+        self.later_pass_rows = {key: torch.zeros_like(self.buffers[key]) for key in self.first_pass_rows}
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
         self.token_arange = torch.arange(self.max_num_tokens, dtype=torch.int64, device=device)
         self.pass_index = 0
+
+    #: V1's runner condenses the first pass to the accepted tokens under ``disable_padded_drafter_batch``
+    condensed_first_pass_option = False
+
+    def _check_first_pass_layout(self, vllm_config: Any, drafter: Drafter) -> None:
+        """Token-row sources need the first pass in the target's own token layout (row t: the target's row t)."""
+        spec = vllm_config.speculative_config
+        pcp = int(getattr(vllm_config.parallel_config, "prefill_context_parallel_size", 1) or 1)
+        why = None
+        if self.condensed_first_pass_option and getattr(spec, "disable_padded_drafter_batch", False):
+            why = ("disable_padded_drafter_batch is set: V1's runner then drops each request's rejected tokens "
+                   "from the first pass, so its rows are no longer the target's. Leave "
+                   "disable_padded_drafter_batch unset (the default)")
+        elif pcp > 1:
+            why = (f"prefill_context_parallel_size={pcp}: the first pass is split across the context-parallel "
+                   f"ranks, so its rows are no longer the target's. Run with prefill_context_parallel_size=1")
+        if why:
+            names = sorted(b.param for b in token_rows(self.forward_bindings))
+            raise PluginContractError(
+                f"vllm_spec_plugins: {drafter.culprit()}: attention drafter {drafter.model_class} takes "
+                f"token-row source(s) {names}, given in the first pass of vLLM's EAGLE loop row for row with the "
+                f"target's tokens, but {why}.", plugin_name=drafter.plugin, dist=drafter.display_dist)
 
     def _wrap_loaded_model(self) -> None:
         """After vLLM loaded the plugin model (embedding / lm_head sharing are vLLM's): wrap it, check it."""

@@ -288,6 +288,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
                       skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs, is_profile=is_profile,
                       num_speculative_tokens=num_speculative_tokens)
         if dummy_run:  # vLLM's warm-up and profile runs: the loop on the static buffers, no state written
+            self._zero_target_inputs(self.max_num_tokens)  # zero embeddings, an all-false mask
             try:
                 drafts: torch.Tensor = super().propose(*args, **kwargs)
                 return drafts

@@ -186,6 +186,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
     """
 
     method: str  # set by vLLM's proposer: speculative_config.method (switched by _plain_loop)
+    condensed_first_pass_option = True  # V1: disable_padded_drafter_batch condenses the first pass
 
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
         EagleProposer.__init__(self, vllm_config, device, runner)
@@ -197,6 +198,13 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
 
+    @torch.inference_mode()
+    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                  slot_mappings: Any = None) -> None:
+        self._zero_target_inputs(self.max_num_tokens)  # zero embeddings, an all-false mask (not the last step's)
+        self.pass_index = 0
+        super().dummy_run(num_tokens, use_cudagraphs=use_cudagraphs, is_graph_capturing=is_graph_capturing,
+                          slot_mappings=slot_mappings)
     @torch.inference_mode()
     def propose(self, num_speculative_tokens: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
                 target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor,
