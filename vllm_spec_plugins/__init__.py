@@ -25,6 +25,7 @@ from .api import (
     Register,
     Source,
     StateSpec,
+    target_lm_head,
 )
 from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError, UnsupportedVllmError
 
@@ -52,4 +53,5 @@ __all__ = [
     "StateSpec",
     "UnsupportedVllmError",
     "hookimpl",
+    "target_lm_head",
 ]

@@ -41,7 +41,8 @@ class Source(str, enum.Enum):
     NEXT_TOKEN_IDS = "next_token_ids"
     """The last token each request produced in this step (the first token to draft after). ``[num_reqs]`` int32"""
     POSITIONS_LAST = "positions_last"
-    """Position of that next token. ``[num_reqs]`` int64"""
+    """Position of that next token. ``[num_reqs]`` int64. On an M-RoPE target: the rotary position the next
+    text token takes (one past the largest section of the last accepted token's), on both runners."""
     NUM_ACCEPTED = "num_accepted"
     """Draft tokens accepted in this step (0 if none, or no token was produced). ``[num_reqs]`` int32"""
     NUM_NEW_TOKENS = "num_new_tokens"
@@ -392,3 +393,21 @@ def model_class_error(drafter: Drafter, gaps: list[str]) -> str:
             f"{drafter.model_class!r}, which has no {', '.join(g + '()' for g in gaps)}: the model of a "
             f"{drafter.kind!r} drafter implements vllm_spec_plugins.{protocol} (docs/hooks.md). Add the "
             f"method(s) to the class.")
+
+
+def target_lm_head(target_model: Any) -> Any:
+    """The target's output embedding (its ``lm_head``), for a heads drafter's ``bind_target(target_model)`` to
+    share, on text and multimodal targets alike: vLLM's multimodal classes keep it on the outer class
+    (Idefics3) or on their language model (``get_language_model()``: PaddleOCR-VL, Qwen-VL...).
+
+    Raises:
+        AttributeError: naming the target class, when neither has one.
+    """
+    head = getattr(target_model, "lm_head", None)
+    get_lm = getattr(target_model, "get_language_model", None)
+    if head is None and callable(get_lm):
+        head = getattr(get_lm(), "lm_head", None)
+    if head is None:
+        raise AttributeError(f"the target {type(target_model).__name__} has no lm_head, nor does its language "
+                             f"model (get_language_model()): the draft cannot share it; give the draft its own")
+    return head

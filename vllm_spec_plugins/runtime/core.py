@@ -286,8 +286,11 @@ class DrafterRuntime:
             elif key == Source.NEXT_TOKEN_IDS:
                 buf[key][:B].copy_(next_token_ids[:B])
             elif key == Source.POSITIONS_LAST:
-                pos = target_positions[0] if target_positions.dim() == 2 else target_positions
-                buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+                pos = step.get("mrope_positions", target_positions)  # (V1 passes M-RoPE ones as target_positions)
+                if pos.dim() == 2:  # M-RoPE: the next text token's position, one past the largest section
+                    buf[key][:B].copy_(pos.index_select(1, idx).amax(dim=0) + 1)
+                else:
+                    buf[key][:B].copy_(pos.index_select(0, idx) + 1)
             elif key == Source.TARGET_INPUTS_EMBEDS:
                 buf[key][:T].copy_(step["inputs_embeds"][:T])
             elif key == Source.IS_MULTIMODAL:

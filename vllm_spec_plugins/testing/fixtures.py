@@ -121,6 +121,39 @@ def target_embeddings(target: str | os.PathLike[str]) -> torch.Tensor:
     return _target_weight(target, "model.embed_tokens.weight", "model.text_model.embed_tokens.weight")
 
 
+def _vlm_tokenizer(specials: Sequence[str], added: Sequence[str], extra_special_tokens: Any) -> tuple[dict[str, int], Any]:
+    """The byte tokenizer (one token per character) plus a VLM's special tokens, vocabulary padded to 16."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(256):
+        vocab.setdefault(chr(i), len(vocab))
+    for name in specials:
+        vocab[name] = len(vocab)
+    while len(vocab) % 16:
+        vocab[f"<extra_{len(vocab)}>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken(name, normalized=False, special=True) for name in added])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<unk>", extra_special_tokens=extra_special_tokens)
+    return vocab, fast
+
+
+def _save_random_vlm(model_cls: Any, cfg: Any, path: Path) -> None:
+    import torch
+
+    cfg.torch_dtype = "float32"
+    model = model_cls(cfg).to(torch.float32).eval()
+    with torch.no_grad():  # larger weights: a more peaked random LM, and the image matters more
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    model.save_pretrained(path, safe_serialization=True)
+
+
 def make_tiny_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
     """A random tiny vision-language target (about 2 MB): Idefics3, whose path in vLLM's CPU build needs no
     torchvision (Transformers' PIL image processor). Vision tower 1 layer, hidden 32; text model the tiny
@@ -130,29 +163,15 @@ def make_tiny_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
     if (path / "config.json").exists() and (path / "model.safetensors").exists():
         return path
     import torch
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import (
         Idefics3Config,
         Idefics3ForConditionalGeneration,
         Idefics3ImageProcessorPil,
         Idefics3Processor,
-        PreTrainedTokenizerFast,
     )
 
     path.mkdir(parents=True, exist_ok=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for i in range(256):
-        vocab.setdefault(chr(i), len(vocab))
-    for name in VLM_SPECIALS:
-        vocab[name] = len(vocab)
-    while len(vocab) % 16:
-        vocab[f"<extra_{len(vocab)}>"] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([AddedToken(name, normalized=False, special=True) for name in VLM_SPECIALS])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="<unk>", extra_special_tokens=list(VLM_SPECIALS[:3]))
+    vocab, fast = _vlm_tokenizer(VLM_SPECIALS, VLM_SPECIALS, list(VLM_SPECIALS[:3]))
     fast.chat_template = VLM_CHAT_TEMPLATE
     fast.save_pretrained(path)
     torch.manual_seed(seed)
@@ -165,13 +184,7 @@ def make_tiny_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
                          pad_token_id=0, rms_norm_eps=1e-5),
         scale_factor=VLM_SCALE, image_token_id=vocab["<image>"], tie_word_embeddings=False, bos_token_id=1,
         eos_token_id=2, pad_token_id=0)
-    cfg.torch_dtype = "float32"
-    model = Idefics3ForConditionalGeneration(cfg).to(torch.float32).eval()
-    with torch.no_grad():  # larger weights: a more peaked random LM, and the image matters more
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(3.0)
-    model.save_pretrained(path, safe_serialization=True)
+    _save_random_vlm(Idefics3ForConditionalGeneration, cfg, path)
     processor = Idefics3Processor(
         image_processor=Idefics3ImageProcessorPil(size={"longest_edge": VLM_IMAGE_SIZE},
                                                   max_image_size={"longest_edge": VLM_IMAGE_SIZE},
@@ -181,8 +194,61 @@ def make_tiny_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
     return path
 
 
+#: The tiny M-RoPE vision-language target: PaddleOCR-VL (a SigLIP-style vision tower with 2-D positions, an
+#: Ernie 4.5 text model with multimodal rotary positions, sections ``[4, 6, 6]``: temporal, height, width). A
+#: 32x32 image, patch 8, merge 2: 4 image tokens per image, at positions (t, h, w) that advance over the
+#: image's 2x2 grid rather than one per token; text after the image resumes one past the largest of them.
+MROPE_VLM_IMAGE_TOKENS = 4
+MROPE_VLM_SPECIALS = ("<|IMAGE_PLACEHOLDER|>", "<|IMAGE_START|>", "<|IMAGE_END|>", "<|video_pad|>")
+#: A prompt with one image, in the tiny M-RoPE VLM's format (the placeholder expands to the image's tokens).
+MROPE_VLM_PROMPT = "<s>User: <|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>OCR:\nAssistant: "
+
+
+def make_tiny_mrope_vlm(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """A random tiny vision-language target with M-RoPE positions (about 2 MB): PaddleOCR-VL, whose path in
+    vLLM's CPU build needs no torchvision (Transformers' PIL image processor; vLLM's own model file). Vision
+    tower 1 layer, hidden 32; text model 2 layers, hidden 128, head size 32; the byte tokenizer plus
+    PaddleOCR-VL's image tokens (vocab 272; ``<|IMAGE_PLACEHOLDER|>`` is id 259). One image becomes
+    :data:`MROPE_VLM_IMAGE_TOKENS` tokens. Transformers' ``generate`` gives vLLM's greedy tokens. Idempotent."""
+    path = Path(path)
+    if (path / "config.json").exists() and (path / "model.safetensors").exists():
+        return path
+    import torch
+    from transformers import (
+        PaddleOCRVLConfig,
+        PaddleOCRVLForConditionalGeneration,
+        PaddleOCRVLImageProcessorPil,
+        PaddleOCRVLProcessor,
+    )
+
+    path.mkdir(parents=True, exist_ok=True)
+    image, start, end, video = MROPE_VLM_SPECIALS
+    vocab, fast = _vlm_tokenizer(MROPE_VLM_SPECIALS, ("<s>", "</s>", *MROPE_VLM_SPECIALS),
+                                 {"image_token": image, "image_start_token": start, "image_end_token": end})
+    fast.save_pretrained(path)
+    torch.manual_seed(seed)
+    cfg = PaddleOCRVLConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=VLM_IMAGE_SIZE, patch_size=VLM_PATCH, num_channels=3, spatial_merge_size=2),
+        text_config=dict(vocab_size=len(vocab), hidden_size=HIDDEN, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                         rms_norm_eps=1e-5, use_bias=False, tie_word_embeddings=False, bos_token_id=1,
+                         eos_token_id=2, pad_token_id=0,
+                         # (Transformers warns that it does not know mrope_section; it and vLLM both read it)
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0,
+                                          "mrope_section": [4, 6, 6]}),  # sums to head_dim / 2
+        image_token_id=vocab[image], video_token_id=vocab[video], vision_start_token_id=vocab[start],
+        vision_end_token_id=vocab[end], tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    _save_random_vlm(PaddleOCRVLForConditionalGeneration, cfg, path)
+    pixels = VLM_IMAGE_SIZE * VLM_IMAGE_SIZE  # every image resized to 32x32
+    processor = PaddleOCRVLImageProcessorPil(size={"shortest_edge": pixels, "longest_edge": pixels},
+                                             patch_size=VLM_PATCH, merge_size=2, temporal_patch_size=1)
+    PaddleOCRVLProcessor(image_processor=processor, tokenizer=fast).save_pretrained(path)
+    return path
+
+
 def make_test_image(path: str | os.PathLike[str], kind: str = "pattern") -> Path:
-    """A 32x32 PNG for the tiny VLM: ``"red"`` (one colour), ``"pattern"`` or ``"stripes"``."""
+    """A 32x32 PNG for the tiny VLMs: ``"red"`` (one colour), ``"pattern"`` or ``"stripes"``."""
     from PIL import Image
 
     path = Path(path)

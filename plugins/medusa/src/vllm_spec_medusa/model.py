@@ -10,6 +10,8 @@ import torch.nn as nn
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
+from vllm_spec_plugins import target_lm_head
+
 _OLD_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)$")
 _PREFIXES = ("medusa_heads.", "medusa_head.")
 
@@ -97,7 +99,7 @@ class MedusaDraftModel(nn.Module):
     def bind_target(self, target_model: nn.Module) -> None:
         """Share the target's lm_head when the checkpoint has none (``original_lm_head``)."""
         if self._lm_head_from_target:
-            self.lm_head = target_model.lm_head
+            self.lm_head = target_lm_head(target_model)  # (a multimodal target's may be its language model's)
             self.lm_heads = [self.lm_head] * self.num_heads
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -27,8 +27,8 @@ def vllm_spec_register_drafters(register):
         extra_inputs=(
             ExtraInput(name="embeds", source=Source.TARGET_INPUTS_EMBEDS, shape=("hidden_size",)),
             ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, shape=(), dtype="bool"),
-            ExtraInput(name="pos", source=Source.POSITIONS_ALL, shape=()),
-            ExtraInput(name="next_pos", source=Source.NEXT_POSITIONS, shape=()),
+            ExtraInput(name="pos", source=Source.POSITIONS_ALL),  # [] or [mrope_dims]: the target's
+            ExtraInput(name="next_pos", source=Source.NEXT_POSITIONS),
             ExtraInput(name="tokens", source=Source.TOKEN_IDS_ALL, shape=(), dtype="int32"),
             ExtraInput(name="counts", source=Source.NUM_SCHEDULED_TOKENS, shape=(), dtype="int32"),
         ),
@@ -43,7 +43,7 @@ def vllm_spec_register_drafters(register):
         extra_inputs=(
             ExtraInput(name="embeds", source=Source.TARGET_INPUTS_EMBEDS, shape=("hidden_size",)),
             ExtraInput(name="is_mm", source=Source.IS_MULTIMODAL, shape=(), dtype="bool"),
-            ExtraInput(name="pos", source=Source.POSITIONS_ALL, shape=()),
+            ExtraInput(name="pos", source=Source.POSITIONS_ALL),  # [] or [mrope_dims]: the target's
             ExtraInput(name="tokens", source=Source.TOKEN_IDS_ALL, shape=(), dtype="int32"),
             ExtraInput(name="counts", source=Source.NUM_SCHEDULED_TOKENS, shape=(), dtype="int32"),  # request rows
         ),

@@ -1,6 +1,8 @@
 import torch
 import torch.nn as nn
 
+from vllm_spec_plugins import target_lm_head
+
 
 class MMProbeDrafter(nn.Module):
     def __init__(self, *, vllm_config, prefix=""):
@@ -11,7 +13,7 @@ class MMProbeDrafter(nn.Module):
         self.lm_head = None  # the target's, from bind_target
 
     def bind_target(self, target_model):
-        self.lm_head = target_model.lm_head
+        self.lm_head = target_lm_head(target_model)
 
     def update_state(self, image, embeds, is_mm, counts):
         """Each request's state becomes the merged embedding of its last image token in this step, if any."""
@@ -24,7 +26,7 @@ class MMProbeDrafter(nn.Module):
         seen = (last >= 0).unsqueeze(1)
         return {"image": torch.where(seen, embeds[last.clamp(min=0)], image)}
 
-    def forward(self, hidden_states, image, embeds, is_mm, pos, next_pos, tokens, counts, num_drafts):
+    def forward(self, hidden_states, positions, image, embeds, is_mm, pos, next_pos, tokens, counts, num_drafts):
         x = hidden_states + self.image_weight * image
         top = (x @ self.lm_head.weight[: self.vocab].t()).argmax(dim=-1)  # (vLLM pads the lm_head's rows)
         return top.unsqueeze(1).expand(-1, num_drafts)

@@ -1,0 +1,156 @@
+"""Plugin drafters under an M-RoPE vision-language target, real CPU engines, both model runners.
+
+The target is the test kit's tiny PaddleOCR-VL (:func:`vllm_spec_plugins.testing.fixtures.make_tiny_mrope_vlm`:
+random weights, multimodal rotary positions in three sections, 4 tokens per image). Oracles:
+
+* Medusa and EAGLE-1 serve it with image prompts on V1 and on MRV2: greedy output equals no speculation, drafts are
+  accepted, the same counts on both runners; the outputs differ from image to image;
+* the API-3 position sources are the target's M-RoPE positions: ``POSITIONS_ALL`` rows equal what
+  Transformers' ``get_rope_index`` gives for the prompt (an image's tokens advance over its 2x2 grid, text
+  resumes one past the largest section) and one per token after it, through a chunked prefill that splits the
+  image; ``NEXT_POSITIONS`` and ``POSITIONS_LAST`` are the next text token's; V1 and MRV2 trace the same values.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import POLICY_OFF, _pip_target, with_pythonpath
+from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
+from vllm_spec_plugins.testing.engine import run_engine
+from vllm_spec_plugins.testing.fixtures import (
+    MROPE_VLM_IMAGE_TOKENS,
+    MROPE_VLM_PROMPT,
+    make_test_image,
+    make_tiny_eagle,
+    make_tiny_medusa,
+    make_tiny_mrope_vlm,
+    target_embeddings,
+)
+
+IMAGE_KINDS = ("red", "pattern", "stripes")
+TEXT_PROMPT = "<s>User: Hello there\nAssistant: "
+MAX_TOKENS = 16
+MM = {"limit_mm_per_prompt": {"image": 1}}
+CHUNKED = {**MM, "max_num_batched_tokens": 8}  # the image's tokens (prompt positions 8-11) span two chunks
+IMAGE_TOKEN = 259
+
+
+@pytest.fixture(scope="module")
+def mv(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mrope")
+    target = make_tiny_mrope_vlm(d / "tiny-mrope-vlm")
+    probe = d / "mm-probe"
+    probe.mkdir()
+    (probe / "config.json").write_text(json.dumps({"model_type": "vsp_mm_probe", "architectures": ["MMProbeDrafter"],
+                                                   "num_heads": 3, "image_weight": 1.0}))
+    from safetensors.torch import save_file
+
+    save_file({"one": torch.ones(1)}, str(probe / "model.safetensors"))
+    return {"target": target, "images": [make_test_image(d / f"{k}.png", k) for k in IMAGE_KINDS],
+            "medusa": make_tiny_medusa(d / "medusa", target, num_heads=3),
+            "eagle": make_tiny_eagle(d / "tiny-eagle-1", target), "probe": probe}  # ("eagle-": vLLM's method rule)
+
+
+def _run(mv, runner, draft=None, *, llm_kwargs=MM, env=None):
+    spec = None if draft is None else {"model": str(mv[draft]), "num_speculative_tokens": 3}
+    return run_engine(mv["target"], speculative_config=spec, text_prompts=[MROPE_VLM_PROMPT] * 3 + [TEXT_PROMPT],
+                      images=[*mv["images"], None], max_tokens=MAX_TOKENS, llm_kwargs=llm_kwargs,
+                      env={**POLICY_OFF, **(env or {})}, runner=runner)
+
+
+@pytest.fixture(scope="module")
+def base(mv):
+    return {runner: _run(mv, runner) for runner in ("v1", "v2")}
+
+
+def test_medusa_and_eagle_serve_the_mrope_vlm_on_both_runners(mv, base):
+    assert len({tuple(o) for o in base["v1"].outputs}) == 4, "each image (and the text prompt): its own output"
+    assert base["v2"].outputs == base["v1"].outputs
+    for draft in ("medusa", "eagle"):
+        runs = {runner: _run(mv, runner, draft) for runner in ("v1", "v2")}
+        for runner, r in runs.items():
+            assert r.outputs == base[runner].outputs, (draft, runner)
+            assert r.metrics["accepted"] > 0, (draft, runner)
+        assert runs["v1"].metrics["drafts"] == runs["v2"].metrics["drafts"], draft
+        assert runs["v1"].accepted_per_pos == runs["v2"].accepted_per_pos, draft
+
+
+def _reference_positions(mv) -> dict[str, torch.Tensor]:
+    """Per request: the M-RoPE positions ``[3, prompt_len]`` of its prompt, as Transformers computes them."""
+    from PIL import Image
+    from transformers import AutoProcessor, PaddleOCRVLForConditionalGeneration
+
+    processor = AutoProcessor.from_pretrained(str(mv["target"]))
+    model = PaddleOCRVLForConditionalGeneration.from_pretrained(str(mv["target"]), dtype=torch.float32).eval()
+    out = {}
+    for i, path in enumerate(mv["images"]):
+        enc = processor(text=[MROPE_VLM_PROMPT], images=[Image.open(path).convert("RGB")], return_tensors="pt")
+        pos, _ = model.model.get_rope_index(enc["input_ids"], enc["mm_token_type_ids"],
+                                            image_grid_thw=enc["image_grid_thw"])
+        out[str(i)] = pos[:, 0]
+    n = len(processor.tokenizer(TEXT_PROMPT, add_special_tokens=False)["input_ids"])
+    out["3"] = torch.arange(n).expand(3, n)
+    return out
+
+
+def _position(ref: torch.Tensor, j: int) -> torch.Tensor:
+    """The M-RoPE position ``[3]`` of sequence index ``j``: the prompt's, then one per token past its largest."""
+    if j < ref.shape[1]:
+        return ref[:, j]
+    return (ref.max() + 1 + j - ref.shape[1]).expand(3)
+
+
+@pytest.fixture(scope="module")
+def probe_runs(mv, tmp_path_factory):
+    site = _pip_target(tmp_path_factory, "mm_probe_drafter")
+    runs = {}
+    for runner in ("v1", "v2"):
+        trace = tmp_path_factory.mktemp(f"mrope-probe-{runner}")
+        r = _run(mv, runner, "probe", llm_kwargs=CHUNKED,
+                 env={**with_pythonpath(site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+        runs[runner] = (r, load_trace(trace))
+    return runs
+
+
+def test_the_position_sources_are_the_target_s_mrope_positions(mv, base, probe_runs):
+    ref = _reference_positions(mv)
+    table = target_embeddings(mv["target"])
+    assert any(not torch.equal(r[0], r[1]) for r in ref.values()), "no image moved the sections apart"
+    for runner, (r, records) in probe_runs.items():
+        assert r.outputs == base[runner].outputs, runner
+        start: dict[str, int] = {}  # each request's sequence index of its next scheduled token
+        split = rows = 0
+        for rec in records:
+            x, first = rec["inputs"], 0
+            assert x["pos"].shape[1:] == (3,) and x["next_pos"].shape[1:] == (3,)
+            for row, rid in enumerate(rec["req_ids"]):
+                rid, n = base_request_id(rid), int(x["counts"][row])
+                s, L = start.get(rid, 0), ref[rid].shape[1]
+                want = torch.stack([_position(ref[rid], j) for j in range(s, s + n)])
+                assert torch.equal(x["pos"][first:first + n], want), (runner, rid, s)
+                tokens = x["tokens"][first:first + n].to(torch.int64)
+                mm = tokens == IMAGE_TOKEN
+                assert torch.equal(x["is_mm"][first:first + n], mm)
+                assert torch.equal(x["embeds"][first:first + n][~mm], table[tokens[~mm]])
+                split += int(0 < int(mm.sum()) < MROPE_VLM_IMAGE_TOKENS)
+                kept = n if s < L else int(rec["valid_count"][row])  # a prompt chunk's rows, or the accepted
+                nxt = want[kept - 1].max() + 1  # the next text token's position, in every section
+                assert torch.equal(x["next_pos"][row], nxt.expand(3)), (runner, rid, s)
+                assert int(x["positions"][row]) == int(nxt), (runner, rid, s)  # POSITIONS_LAST: the same
+                start[rid] = s + kept
+                first += n
+                rows += n
+        assert split, "no prefill chunk split an image: the test does not test that"
+        assert rows > 100, rows
+    (_, a), (_, b) = probe_runs["v1"], probe_runs["v2"]
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b, strict=True):  # the same rows on both runners, request by request
+        for rid in {base_request_id(i) for i in ra["req_ids"]}:
+            ia = [base_request_id(i) for i in ra["req_ids"]].index(rid)
+            ib = [base_request_id(i) for i in rb["req_ids"]].index(rid)
+            for key in ("next_pos", "positions"):
+                assert torch.equal(ra["inputs"][key][ia], rb["inputs"][key][ib]), (rid, key)
