@@ -285,3 +285,34 @@ def test_culprit_is_written_one_way():
     assert d.culprit(model_class=True) == "plugin 'p' (d 1.0), model class m:C"
     assert d.culprit(model_class=True, checkpoint="/ck") == "draft '/ck' (plugin 'p', d 1.0, model class m:C)"
     assert d.culprit(checkpoint="/ck") == "draft '/ck' (plugin 'p', d 1.0)"
+
+
+def test_target_lm_head_on_text_and_multimodal_targets():
+    import pytest
+    import torch
+
+    from vllm_spec_plugins import target_lm_head
+
+    head = torch.nn.Linear(2, 3)
+
+    class Text(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm_head = head
+
+    class Outer(torch.nn.Module):  # PaddleOCR-VL, Qwen-VL: the head on the language model
+        def __init__(self):
+            super().__init__()
+            self.language_model = Text()
+
+        def get_language_model(self):
+            return self.language_model
+
+    class Headless(torch.nn.Module):
+        def get_language_model(self):
+            return torch.nn.Identity()
+
+    assert target_lm_head(Text()) is head
+    assert target_lm_head(Outer()) is head
+    with pytest.raises(AttributeError, match="the target Headless has no lm_head"):
+        target_lm_head(Headless())
