@@ -15,7 +15,8 @@ SmolVLM's architecture, random weights, 4 tokens per image), served with image p
 * its attention drafter (EAGLE-1's draft taking the token-row sources) gets the target's rows in the first
   pass of vLLM's EAGLE loop, beside vLLM's own inputs for those rows, and zeros in the later passes, the same
   on both runners;
-* through the OpenAI server, an image given as a ``data:`` URI, with Medusa; and Medusa at TP=2.
+* through the OpenAI server, an image given as a ``data:`` URI, with the probe (its traced image rows are
+  that image's features); and Medusa at TP=2.
 """
 
 from __future__ import annotations
@@ -314,16 +315,19 @@ def test_medusa_serves_the_vlm_at_tensor_parallel_2(vlm, base):
     assert r.metrics["accepted"] > 0
 
 
-def test_openai_server_image_as_data_uri(vlm, base, tmp_path):
+def test_openai_server_image_as_data_uri(vlm, base, probe_site, tmp_path):
     """An OpenAI chat message with the image as a data: URI and a text part: the chat template makes it
-    VLM_PROMPT, so Medusa's greedy reply equals the offline engine's without speculation for that image."""
+    VLM_PROMPT, so the probe's greedy reply equals the offline engine's without speculation for that image,
+    and what it traced of the image's tokens is that image's features."""
     import requests
 
     from tests.e2e.server import metric, openai_server
     from vllm_spec_plugins.testing.engine import default_env
 
     data = base64.b64encode(vlm["images"][1].read_bytes()).decode()
-    with openai_server(str(vlm["target"]), str(vlm["medusa"]), tmp_path / "server.log", default_env(POLICY_OFF),
+    trace = tmp_path / "trace"
+    env = default_env({**POLICY_OFF, **with_pythonpath(probe_site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+    with openai_server(str(vlm["target"]), str(vlm["probe"]), tmp_path / "server.log", env,
                        max_num_seqs=2, timeout=600) as (url, _):
         body = {"model": str(vlm["target"]), "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True,
                 "messages": [{"role": "user", "content": [
@@ -336,6 +340,13 @@ def test_openai_server_image_as_data_uri(vlm, base, tmp_path):
                       "vllm:spec_decode_num_accepted_tokens_total") > 0
     assert reply and reply == base["v1"].texts[1]
     assert reply != base["v1"].texts[0]  # another image, another reply: the image reached the target
+    records = load_trace(trace)
+    image = [(rec["inputs"]["embeds"][rec["inputs"]["is_mm"]], rec["inputs"]["pos"][rec["inputs"]["is_mm"]])
+             for rec in records if rec["inputs"]["is_mm"].any()]
+    assert image, "the probe traced no image rows"
+    embeds, pos = torch.cat([e for e, _ in image]), torch.cat([p for _, p in image])
+    assert sorted(pos.tolist()) == list(range(7, 7 + VLM_IMAGE_TOKENS))  # each image token once
+    torch.testing.assert_close(embeds, _image_features(vlm)[1][pos - 7], rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
