@@ -3,9 +3,9 @@
 The target is the test kit's tiny PaddleOCR-VL (:func:`vllm_spec_plugins.testing.fixtures.make_tiny_mrope_vlm`:
 random weights, multimodal rotary positions in three sections, 4 tokens per image). Oracles:
 
-* EAGLE-1 and a heads drafter (the probe below) serve it with image prompts on V1 and on MRV2: greedy
+* EAGLE-1's draft (as the attention probe) and a heads drafter (the probe) serve it with image prompts on V1 and on MRV2: greedy
   output equals no speculation, drafts are accepted, the same counts on both runners; the outputs differ from
-  image to image;
+  image to image; the attention probe's first pass gets the target's M-RoPE rows, its later passes zeros;
 * the API-3 position sources are the target's M-RoPE positions: ``POSITIONS_ALL`` rows equal what
   Transformers' ``get_rope_index`` gives for the prompt (an image's tokens advance over its 2x2 grid, text
   resumes one past the largest section) and one per token after it, through a chunked prefill that splits the
@@ -14,6 +14,7 @@ random weights, multimodal rotary positions in three sections, 4 tokens per imag
 
 from __future__ import annotations
 
+import glob
 import json
 
 import pytest
@@ -51,11 +52,24 @@ def mv(tmp_path_factory):
 
     save_file({"one": torch.ones(1)}, str(probe / "model.safetensors"))
     return {"target": target, "images": [make_test_image(d / f"{k}.png", k) for k in IMAGE_KINDS],
-            "eagle": make_tiny_eagle(d / "tiny-eagle-1", target), "probe": probe}  # ("eagle-": vLLM's method rule)
+            "attn_probe": _claimed(make_tiny_eagle(d / "attn-probe", target), "EagleMMProbeLlama"), "probe": probe}
 
 
-def _run(mv, runner, draft=None, *, llm_kwargs=MM, env=None):
-    spec = None if draft is None else {"model": str(mv[draft]), "num_speculative_tokens": 3}
+def _claimed(path, arch):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return _pip_target(tmp_path_factory, "mm_probe_drafter")
+
+
+def _run(mv, runner, draft=None, *, llm_kwargs=MM, env=None, method=None):
+    spec = None if draft is None else {"model": str(mv[draft]), "num_speculative_tokens": 3,
+                                        **({"method": method} if method else {})}
     return run_engine(mv["target"], speculative_config=spec, text_prompts=[MROPE_VLM_PROMPT] * 3 + [TEXT_PROMPT],
                       images=[*mv["images"], None], max_tokens=MAX_TOKENS, llm_kwargs=llm_kwargs,
                       env={**POLICY_OFF, **(env or {})}, runner=runner)
@@ -66,16 +80,59 @@ def base(mv):
     return {runner: _run(mv, runner) for runner in ("v1", "v2")}
 
 
-def test_eagle_serves_the_mrope_vlm_on_both_runners(mv, base):
-    """EAGLE-1 (its loop feeds the draft the target's M-RoPE positions); a heads drafter: the probe below."""
+@pytest.fixture(scope="module")
+def attn_runs(mv, site, tmp_path_factory):
+    """The attention probe (EAGLE-1's draft, taking the token-row sources) through a chunked prefill."""
+    runs = {}
+    for runner in ("v1", "v2"):
+        trace, log = tmp_path_factory.mktemp(f"attn-trace-{runner}"), tmp_path_factory.mktemp(f"attn-log-{runner}")
+        r = _run(mv, runner, "attn_probe", method="mmprobe", llm_kwargs=CHUNKED,
+                 env={**with_pythonpath(site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), "VSP_MM_PROBE_LOG": str(log)})
+        records = load_trace(trace)
+        calls = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(log / "*.pt")))]
+        runs[runner] = (r, records, calls[len(calls) - 3 * len(records):])  # warm-up first; then K=3 passes a step
+    return runs
+
+
+def test_eagle_serves_the_mrope_vlm_on_both_runners(mv, base, attn_runs):
+    """EAGLE-1's draft (the attention probe) on both runners: output equal to no speculation, drafts accepted, the
+    same counts; its first pass gets the target's M-RoPE rows (``POSITIONS_ALL`` ``[3]``), its later passes zeros.
+    (A heads drafter: the probe below.)"""
     assert len({tuple(o) for o in base["v1"].outputs}) == 4, "each image (and the text prompt): its own output"
     assert base["v2"].outputs == base["v1"].outputs
-    runs = {runner: _run(mv, runner, "eagle") for runner in ("v1", "v2")}
-    for runner, r in runs.items():
+    ref = _reference_positions(mv)
+    for runner, (r, records, calls) in attn_runs.items():
         assert r.outputs == base[runner].outputs, runner
         assert r.metrics["accepted"] > 0, runner
-    assert runs["v1"].metrics["drafts"] == runs["v2"].metrics["drafts"]
-    assert runs["v1"].accepted_per_pos == runs["v2"].accepted_per_pos
+        assert len(records) > 10 and len(calls) == 3 * len(records), runner
+        start: dict[str, int] = {}
+        for i, rec in enumerate(records):
+            x, first = rec["inputs"], calls[3 * i]
+            T = x["tokens"].shape[0]
+            for key in ("tokens", "pos", "is_mm", "embeds"):
+                assert torch.equal(first[key][:T], x[key]), (runner, i, key)
+            _check_positions(rec, ref, start, runner)
+            for c in calls[3 * i + 1:3 * i + 3]:
+                assert not c["pos"].any() and not c["embeds"].any() and not c["is_mm"].any()
+    a, b = attn_runs["v1"][0], attn_runs["v2"][0]
+    assert a.metrics["drafts"] == b.metrics["drafts"] and a.accepted_per_pos == b.accepted_per_pos
+
+
+def _check_positions(rec, ref, start, runner):
+    """Every request's traced ``POSITIONS_ALL`` rows this step against the reference; advances ``start`` (each
+    request's sequence index of its next scheduled token). Returns ``(rows, next position)`` per request."""
+    x, first, out = rec["inputs"], 0, {}
+    assert x["pos"].shape[1:] == (3,)
+    for row, rid in enumerate(rec["req_ids"]):
+        rid, n = base_request_id(rid), int(x["counts"][row])
+        s, L = start.get(rid, 0), ref[rid].shape[1]
+        want = torch.stack([_position(ref[rid], j) for j in range(s, s + n)])
+        assert torch.equal(x["pos"][first:first + n], want), (runner, rid, s)
+        kept = n if s < L else int(rec["valid_count"][row])  # a prompt chunk's rows, or the accepted
+        out[rid] = (slice(first, first + n), want[kept - 1].max() + 1)  # the next text token's, every section
+        start[rid] = s + kept
+        first += n
+    return out
 
 
 def _reference_positions(mv) -> dict[str, torch.Tensor]:
@@ -104,8 +161,7 @@ def _position(ref: torch.Tensor, j: int) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def probe_runs(mv, tmp_path_factory):
-    site = _pip_target(tmp_path_factory, "mm_probe_drafter")
+def probe_runs(mv, site, tmp_path_factory):
     runs = {}
     for runner in ("v1", "v2"):
         trace = tmp_path_factory.mktemp(f"mrope-probe-{runner}")
@@ -122,28 +178,20 @@ def test_the_position_sources_are_the_target_s_mrope_positions(mv, base, probe_r
     for runner, (r, records) in probe_runs.items():
         assert r.outputs == base[runner].outputs, runner
         assert r.metrics["accepted"] > 0, runner
-        start: dict[str, int] = {}  # each request's sequence index of its next scheduled token
+        start: dict[str, int] = {}
         split = rows = 0
         for rec in records:
-            x, first = rec["inputs"], 0
-            assert x["pos"].shape[1:] == (3,) and x["next_pos"].shape[1:] == (3,)
-            for row, rid in enumerate(rec["req_ids"]):
-                rid, n = base_request_id(rid), int(x["counts"][row])
-                s, L = start.get(rid, 0), ref[rid].shape[1]
-                want = torch.stack([_position(ref[rid], j) for j in range(s, s + n)])
-                assert torch.equal(x["pos"][first:first + n], want), (runner, rid, s)
-                tokens = x["tokens"][first:first + n].to(torch.int64)
+            x = rec["inputs"]
+            assert x["next_pos"].shape[1:] == (3,)
+            for row, (rid, (sl, nxt)) in enumerate(_check_positions(rec, ref, start, runner).items()):
+                tokens = x["tokens"][sl].to(torch.int64)
                 mm = tokens == IMAGE_TOKEN
-                assert torch.equal(x["is_mm"][first:first + n], mm)
-                assert torch.equal(x["embeds"][first:first + n][~mm], table[tokens[~mm]])
+                assert torch.equal(x["is_mm"][sl], mm)
+                assert torch.equal(x["embeds"][sl][~mm], table[tokens[~mm]])
                 split += int(0 < int(mm.sum()) < MROPE_VLM_IMAGE_TOKENS)
-                kept = n if s < L else int(rec["valid_count"][row])  # a prompt chunk's rows, or the accepted
-                nxt = want[kept - 1].max() + 1  # the next text token's position, in every section
-                assert torch.equal(x["next_pos"][row], nxt.expand(3)), (runner, rid, s)
-                assert int(x["positions"][row]) == int(nxt), (runner, rid, s)  # POSITIONS_LAST: the same
-                start[rid] = s + kept
-                first += n
-                rows += n
+                assert torch.equal(x["next_pos"][row], nxt.expand(3)), (runner, rid)
+                assert int(x["positions"][row]) == int(nxt), (runner, rid)  # POSITIONS_LAST: the same
+                rows += len(tokens)
         assert split, "no prefill chunk split an image: the test does not test that"
         assert rows > 100, rows
     (_, a), (_, b) = probe_runs["v1"], probe_runs["v2"]
