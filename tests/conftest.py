@@ -81,8 +81,13 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 def _variant(path: Path) -> Path:
     """The EAGLE checkpoint, claimed by the third-party variant plugin (tests/plugins/eagle_variant)."""
+    return claim_architecture(path, "EagleVariantLlama")
+
+
+def claim_architecture(path: Path, arch: str) -> Path:
+    """Rewrite a checkpoint's ``architectures`` to ``[arch]`` (a test plugin claims that name)."""
     cfg = json.loads((path / "config.json").read_text())
-    cfg["architectures"] = ["EagleVariantLlama"]
+    cfg["architectures"] = [arch]
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     return path
 
@@ -153,6 +158,13 @@ def _pip_target(tmp_path_factory, plugin: str) -> str:
 def broken_plugin_path(tmp_path_factory) -> str:
     """A broken third-party plugin distribution, pip-installed into a folder for PYTHONPATH."""
     return _pip_target(tmp_path_factory, "broken_plugin")
+
+
+@pytest.fixture(scope="session")
+def mm_probe_site(tmp_path_factory) -> str:
+    """The multimodal probe plugin (tests/plugins/mm_probe_drafter: a heads and an attention drafter reading the
+    API-3 sources), pip-installed into a folder for PYTHONPATH."""
+    return _pip_target(tmp_path_factory, "mm_probe_drafter")
 
 
 @pytest.fixture(scope="session")

@@ -364,8 +364,6 @@ def _check_multimodal_embeddings(rep: Report, d: Drafter, cls: type[Any], target
     mm = target is not None and target.multimodal
     if not flag:
         if mm:
-            from .api import Source
-
             reads = any(e.source == Source.TARGET_INPUTS_EMBEDS for e in d.extra_inputs)
             rep.add("multimodal", INFO, f"{d.model_class} does not set supports_multimodal_embeddings: under this "
                                         f"multimodal target vLLM's loop gives it the text embeddings of the image "

@@ -14,20 +14,17 @@ random weights, multimodal rotary positions in three sections, 4 tokens per imag
 
 from __future__ import annotations
 
-import glob
-import json
-
 import pytest
 import torch
 
-from tests.conftest import POLICY_OFF, _pip_target, with_pythonpath
+from tests.conftest import POLICY_OFF, with_pythonpath
+from tests.e2e.mm_probe import attention_probe_runs, probe_checkpoints
 from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 from vllm_spec_plugins.testing.fixtures import (
     MROPE_VLM_IMAGE_TOKENS,
     MROPE_VLM_PROMPT,
     make_test_image,
-    make_tiny_eagle,
     make_tiny_mrope_vlm,
     target_embeddings,
 )
@@ -44,27 +41,13 @@ IMAGE_TOKEN = 259
 def mv(tmp_path_factory):
     d = tmp_path_factory.mktemp("mrope")
     target = make_tiny_mrope_vlm(d / "tiny-mrope-vlm")
-    probe = d / "mm-probe"
-    probe.mkdir()
-    (probe / "config.json").write_text(json.dumps({"model_type": "vsp_mm_probe", "architectures": ["MMProbeDrafter"],
-                                                   "num_heads": 3, "image_weight": 1.0}))
-    from safetensors.torch import save_file
-
-    save_file({"one": torch.ones(1)}, str(probe / "model.safetensors"))
     return {"target": target, "images": [make_test_image(d / f"{k}.png", k) for k in IMAGE_KINDS],
-            "attn_probe": _claimed(make_tiny_eagle(d / "attn-probe", target), "EagleMMProbeLlama"), "probe": probe}
-
-
-def _claimed(path, arch):
-    cfg = json.loads((path / "config.json").read_text())
-    cfg["architectures"] = [arch]
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    return path
+            **probe_checkpoints(d, target)}
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    return _pip_target(tmp_path_factory, "mm_probe_drafter")
+def site(mm_probe_site):
+    return mm_probe_site
 
 
 def _run(mv, runner, draft=None, *, llm_kwargs=MM, env=None, method=None):
@@ -83,15 +66,8 @@ def base(mv):
 @pytest.fixture(scope="module")
 def attn_runs(mv, site, tmp_path_factory):
     """The attention probe (EAGLE-1's draft, taking the token-row sources) through a chunked prefill."""
-    runs = {}
-    for runner in ("v1", "v2"):
-        trace, log = tmp_path_factory.mktemp(f"attn-trace-{runner}"), tmp_path_factory.mktemp(f"attn-log-{runner}")
-        r = _run(mv, runner, "attn_probe", method="mmprobe", llm_kwargs=CHUNKED,
-                 env={**with_pythonpath(site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), "VSP_MM_PROBE_LOG": str(log)})
-        records = load_trace(trace)
-        calls = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(log / "*.pt")))]
-        runs[runner] = (r, records, calls[len(calls) - 3 * len(records):])  # warm-up first; then K=3 passes a step
-    return runs
+    return attention_probe_runs(lambda runner, draft, **kw: _run(mv, runner, draft, llm_kwargs=CHUNKED, **kw),
+                                site, tmp_path_factory)
 
 
 def test_eagle_serves_the_mrope_vlm_on_both_runners(mv, base, attn_runs):

@@ -22,13 +22,13 @@ SmolVLM's architecture, random weights, 4 tokens per image), served with image p
 from __future__ import annotations
 
 import base64
-import glob
-import json
 
 import pytest
 import torch
 
-from tests.conftest import POLICY_OFF, _pip_target, with_pythonpath
+from tests.conftest import POLICY_OFF, with_pythonpath
+from tests.e2e.mm_probe import attention_probe_runs as attention_probe_runs_of
+from tests.e2e.mm_probe import probe_checkpoints
 from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 from vllm_spec_plugins.testing.fixtures import (
@@ -59,13 +59,6 @@ PROMPT_LEN = {"0": 37, "1": 37, "2": 37, "3": len(TEXT_PROMPT) - len("<end_of_ut
 def vlm(tmp_path_factory):
     d = tmp_path_factory.mktemp("vlm")
     target = make_tiny_vlm(d / "tiny-vlm")
-    probe = d / "mm-probe"
-    probe.mkdir()
-    (probe / "config.json").write_text('{"model_type": "vsp_mm_probe", "architectures": ["MMProbeDrafter"], '
-                                       '"num_heads": 3, "image_weight": 1.0}')  # sizes: the target's
-    from safetensors.torch import save_file
-
-    save_file({"one": torch.ones(1)}, str(probe / "model.safetensors"))
     return {
         "target": target,
         "images": [make_test_image(d / f"{k}.png", k) for k in IMAGE_KINDS],
@@ -74,16 +67,8 @@ def vlm(tmp_path_factory):
         "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),
         "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=None),
         "mlp": make_tiny_mlp_speculator(d / "mlp", target, n_predict=3),
-        "probe": probe,
-        "attn_probe": _claimed(make_tiny_eagle(d / "attn-probe", target), "EagleMMProbeLlama"),
+        **probe_checkpoints(d, target),
     }
-
-
-def _claimed(path, arch):
-    cfg = json.loads((path / "config.json").read_text())
-    cfg["architectures"] = [arch]
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    return path
 
 
 def _run(vlm, runner, draft=None, *, llm_kwargs=MM, env=None, method=None, **kw):
@@ -228,16 +213,8 @@ def test_probe_sees_the_same_on_v1_and_mrv2(probe_runs):
 @pytest.fixture(scope="module")
 def attention_probe_runs(vlm, probe_site, tmp_path_factory):
     """The attention probe (EAGLE-1's draft, taking the token-row sources) through a chunked prefill."""
-    runs = {}
-    for runner in ("v1", "v2"):
-        trace, log = tmp_path_factory.mktemp(f"attn-trace-{runner}"), tmp_path_factory.mktemp(f"attn-log-{runner}")
-        r = _run(vlm, runner, "attn_probe", method="mmprobe", llm_kwargs=CHUNKED,
-                 env={**with_pythonpath(probe_site), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
-                      "VSP_MM_PROBE_LOG": str(log)})
-        records = load_trace(trace)
-        calls = [torch.load(f, weights_only=True) for f in sorted(glob.glob(str(log / "*.pt")))]
-        runs[runner] = (r, records, calls[len(calls) - 3 * len(records):])  # warm-up first; then K=3 passes a step
-    return runs
+    return attention_probe_runs_of(lambda runner, draft, **kw: _run(vlm, runner, draft, llm_kwargs=CHUNKED, **kw),
+                                   probe_site, tmp_path_factory)
 
 
 def test_attention_drafter_gets_the_target_rows_in_its_first_pass(vlm, attention_probe_runs, base):
@@ -350,8 +327,8 @@ def test_openai_server_image_as_data_uri(vlm, base, probe_site, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def probe_site(tmp_path_factory):
-    return _pip_target(tmp_path_factory, "mm_probe_drafter")
+def probe_site(mm_probe_site):
+    return mm_probe_site
 
 
 def _check(draft, target, site, *argv):

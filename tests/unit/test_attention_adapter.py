@@ -37,7 +37,6 @@ def _proposer(T_max=8):
     p = types.SimpleNamespace(
         forward_bindings=[Binding("input_ids", None), embeds, mask, new],
         buffers=buffers,
-        first_pass_rows={embeds.key, mask.key},
         later_pass_rows={k: torch.zeros_like(buffers[k]) for k in (embeds.key, mask.key)},
         expanded={new.key: torch.zeros_like(buffers[new.key])},
         token_request=torch.tensor([0, 0, 0, 1, 1, 0, 0, 0]),

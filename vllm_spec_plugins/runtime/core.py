@@ -156,6 +156,15 @@ def target_layers_refusal(model_config: Any) -> str | None:
             f"('{model_config.model}') does not in this vLLM (vLLM's own EAGLE-3 cannot serve it either)")
 
 
+def _next_positions(pos: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``[num_reqs]``: the position after each request's token row ``idx``. ``pos``: ``[num_tokens]``, or
+    ``[mrope_dims, num_tokens]`` on an M-RoPE target (V1 passes those as ``target_positions``; MRV2 keeps them
+    apart), where the next text token goes one past the largest section."""
+    if pos.dim() == 2:
+        return pos.index_select(1, idx).amax(dim=0) + 1
+    return pos.index_select(0, idx) + 1
+
+
 def _dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     if name == "model":
         return model_dtype
@@ -285,12 +294,8 @@ class DrafterRuntime:
                         dst[:T].copy_(h[:T])
             elif key == Source.NEXT_TOKEN_IDS:
                 buf[key][:B].copy_(next_token_ids[:B])
-            elif key == Source.POSITIONS_LAST:
-                pos = step.get("mrope_positions", target_positions)  # (V1 passes M-RoPE ones as target_positions)
-                if pos.dim() == 2:  # M-RoPE: the next text token's position, one past the largest section
-                    buf[key][:B].copy_(pos.index_select(1, idx).amax(dim=0) + 1)
-                else:
-                    buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+            elif key == Source.POSITIONS_LAST:  # M-RoPE: the next text token's, as NEXT_POSITIONS's sections
+                buf[key][:B].copy_(_next_positions(step.get("mrope_positions", target_positions), idx))
             elif key == Source.TARGET_INPUTS_EMBEDS:
                 buf[key][:T].copy_(step["inputs_embeds"][:T])
             elif key == Source.IS_MULTIMODAL:
@@ -302,13 +307,9 @@ class DrafterRuntime:
             elif key == Source.POSITIONS_ALL:
                 pos = step.get("mrope_positions", target_positions)  # MRV2 keeps M-RoPE positions apart
                 buf[key][:T].copy_(pos[:, :T].t() if pos.dim() == 2 else pos[:T])
-            elif key == Source.NEXT_POSITIONS:
-                pos = step.get("mrope_positions", target_positions)
-                if pos.dim() == 2:  # M-RoPE: one past the largest section, in every section
-                    nxt = pos.index_select(1, idx).amax(dim=0) + 1
-                    buf[key][:B].copy_(nxt.unsqueeze(1).expand(B, buf[key].shape[1]))
-                else:
-                    buf[key][:B].copy_(pos.index_select(0, idx) + 1)
+            elif key == Source.NEXT_POSITIONS:  # M-RoPE: the same in every section
+                nxt = _next_positions(step.get("mrope_positions", target_positions), idx)
+                buf[key][:B].copy_(nxt.unsqueeze(1).expand(B, buf[key].shape[1]) if buf[key].dim() == 2 else nxt)
             elif key == Source.NUM_NEW_TOKENS:
                 buf[key][:B].copy_(valid[:B])
             elif key == Source.NUM_ACCEPTED:
@@ -630,7 +631,7 @@ class AttentionDrafterAdapter(torch.nn.Module):
         for b in p.forward_bindings:
             if b.source is None:
                 kwargs[b.param] = loop[b.param]
-            elif b.key in p.first_pass_rows:  # a token-row source: the target's rows, then zeros
+            elif b.key in p.later_pass_rows:  # a token-row source: the target's rows, then zeros
                 kwargs[b.param] = (p.buffers if p.pass_index == 0 else p.later_pass_rows)[b.key][:rows]
             elif p.pass_index == 0:  # rows are tokens: give each token its request's row
                 exp = p.expanded[b.key][:rows]
@@ -668,14 +669,13 @@ class AttentionRuntime(DrafterRuntime):
                 f"the chosen target layers concatenated, but the class has no combine_hidden_states(hidden_states) "
                 f"method reducing [num_tokens, n_layers * hidden] to [num_tokens, hidden]",
                 plugin_name=drafter.plugin, dist=drafter.display_dist)
-        #: API 3: token-row sources (the target's rows: multimodal embeddings, positions...) in the first pass
-        self.first_pass_rows = {b.key for b in token_rows(self.forward_bindings)}
-        if self.first_pass_rows:
+        #: API 3: token-row sources get the target's rows in the first pass, and these zeros in the later passes
+        #: (one row per request: drafted tokens, which the target never consumed)
+        self.later_pass_rows = {b.key: torch.zeros_like(self.buffers[b.key]) for b in token_rows(self.forward_bindings)}
+        if self.later_pass_rows:
             self._check_first_pass_layout(vllm_config, drafter)
         self.expanded = {b.key: torch.zeros_like(self.buffers[b.key]) for b in self.forward_bindings
-                         if b.source is not None and b.key not in self.first_pass_rows}
-        #: later passes (one row per request: drafted tokens, which the target never consumed): zeros
-        self.later_pass_rows = {key: torch.zeros_like(self.buffers[key]) for key in self.first_pass_rows}
+                         if b.source is not None and b.key not in self.later_pass_rows}
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
         self.token_arange = torch.arange(self.max_num_tokens, dtype=torch.int64, device=device)
         self.pass_index = 0

@@ -205,6 +205,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         self.pass_index = 0
         super().dummy_run(num_tokens, use_cudagraphs=use_cudagraphs, is_graph_capturing=is_graph_capturing,
                           slot_mappings=slot_mappings)
+
     @torch.inference_mode()
     def propose(self, num_speculative_tokens: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
                 target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor,
