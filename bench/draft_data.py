@@ -67,6 +67,7 @@ def load_lm_head(model_dir: Path) -> torch.Tensor:
 class HiddenData:
     hidden: np.ndarray          # [N, H] float16 memmap, sequences back to back
     tokens: torch.Tensor        # [N] int64
+    targets: torch.Tensor       # [N] int64: the target's greedy next token after each position (what drafts learn)
     offsets: torch.Tensor       # [S+1]
     prompt_lens: torch.Tensor   # [S]
     train_seqs: list[int]
@@ -83,13 +84,21 @@ class HiddenData:
 
 
 def load_hidden_data(data_dir: Path = DATA, val_fraction: float = 0.05, seed: int = 0) -> HiddenData:
-    """The hidden-state data set with a seeded split of whole sequences (``val_fraction`` held out)."""
+    """The hidden-state data set with a seeded split of whole sequences (``val_fraction`` held out).
+
+    ``targets[t]`` is the index's ``greedy[t]`` (``bench.hidden``: ``argmax(lm_head(h_t))``). An index written
+    before ``greedy`` existed held only the target's own greedy answers, where that is token ``t + 1``: the tokens
+    shifted by one (the last position of a sequence then holds the next sequence's first token, which no trainer
+    reads: every label needs position ``t + 1`` inside the sequence).
+    """
     index = torch.load(data_dir / "hidden_index.pt")
     hidden = np.load(data_dir / "hidden_f16.npy", mmap_mode="r")
+    tokens = index["tokens"].to(torch.int64)
+    targets = index["greedy"].to(torch.int64) if "greedy" in index else torch.roll(tokens, -1)
     n = len(index["prompt_lens"])
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     n_val = max(1, round(n * val_fraction))
-    return HiddenData(hidden=hidden, tokens=index["tokens"].to(torch.int64), offsets=index["offsets"],
+    return HiddenData(hidden=hidden, tokens=tokens, targets=targets, offsets=index["offsets"],
                       prompt_lens=index["prompt_lens"], train_seqs=sorted(perm[n_val:]),
                       val_seqs=sorted(perm[:n_val]))
 

@@ -179,19 +179,21 @@ def load_batch(data: HiddenData, seqs: list[int], embed: torch.Tensor, extra_ste
     H = embed.shape[1]
     hid = torch.zeros(B, L + 1, H)
     tok = torch.zeros(B, L + 2 + extra_steps, dtype=torch.int64)
+    nxt = torch.zeros(B, L + 2 + extra_steps, dtype=torch.int64)  # nxt[t]: the target's greedy token t + 1
     valid_tok = torch.zeros(B, L + 2 + extra_steps, dtype=torch.bool)
     prompt = torch.zeros(B, dtype=torch.int64)
     for i, s in enumerate(seqs):
         a, n, p = data.seq(s)
         hid[i, :n] = torch.from_numpy(np.asarray(data.hidden[a: a + n], dtype=np.float32))
         tok[i, :n] = data.tokens[a: a + n]
+        nxt[i, 1: n] = data.targets[a: a + n - 1]
         valid_tok[i, :n] = True
         prompt[i] = p
     idx = torch.arange(L)
     emb_next = [embed[tok[:, 1 + s: 1 + s + L]] for s in range(1 + extra_steps)]
     labels = []
     for s in range(1 + extra_steps):
-        lab = tok[:, 2 + s: 2 + s + L].clone()
+        lab = nxt[:, 2 + s: 2 + s + L].clone()
         ok = valid_tok[:, 2 + s: 2 + s + L] & (idx[None, :] + 2 + s >= prompt[:, None])
         lab[~ok] = IGNORE
         labels.append(lab)

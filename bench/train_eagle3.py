@@ -165,7 +165,7 @@ def choose_vocab(data: HiddenData, seqs: list[int], vocab: int, coverage: float,
     counts = torch.zeros(vocab, dtype=torch.int64)
     for s in seqs:
         a, n, p = data.seq(s)
-        counts += torch.bincount(data.tokens[a + p: a + n], minlength=vocab)
+        counts += torch.bincount(data.targets[a + p - 1: a + n - 1], minlength=vocab)
     order = torch.argsort(counts, descending=True)
     cum = counts[order].cumsum(0).double() / counts.sum()
     need = int((cum < coverage).sum()) + 1
@@ -178,7 +178,7 @@ def coverage_of(data: HiddenData, seqs: list[int], t2d: torch.Tensor) -> float:
     hit = tot = 0
     for s in seqs:
         a, n, p = data.seq(s)
-        t = data.tokens[a + p: a + n]
+        t = data.targets[a + p - 1: a + n - 1]
         hit += int(t2d[t].sum())
         tot += int(t.numel())
     return hit / max(tot, 1)
@@ -193,19 +193,21 @@ def load_batch(data: HiddenData, aux: np.ndarray, seqs: list[int], embed: torch.
     B = len(seqs)
     A = torch.zeros(B, L, aux.shape[1])
     tok = torch.zeros(B, L + steps + 1, dtype=torch.int64)
+    nxt = torch.zeros(B, L + steps + 1, dtype=torch.int64)  # nxt[t]: the target's greedy token t + 1
     valid = torch.zeros(B, L + steps + 1, dtype=torch.bool)
     prompt = torch.zeros(B, dtype=torch.int64)
     for i, s in enumerate(seqs):
         a, n, p = data.seq(s)
         A[i, : n - 1] = torch.from_numpy(np.asarray(aux[a: a + n - 1], dtype=np.float32))
         tok[i, :n] = data.tokens[a: a + n]
+        nxt[i, 1: n] = data.targets[a: a + n - 1]
         valid[i, :n] = True
         prompt[i] = p
     idx = torch.arange(L)
     embs = [embed[tok[:, s: s + L]] for s in range(1, steps + 1)]
     labels = []
     for s in range(1, steps + 1):
-        t = tok[:, s + 1: s + 1 + L]
+        t = nxt[:, s + 1: s + 1 + L]
         lab = t2d_id[t].clone()
         ok = valid[:, s + 1: s + 1 + L] & (idx[None, :] + s + 1 >= prompt[:, None])
         lab[~ok] = IGNORE
@@ -278,6 +280,9 @@ def main() -> None:
     ap.add_argument("--max-epochs", type=int, default=40)
     ap.add_argument("--val-fraction", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR",
+                    help="after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
+                         "bench.hidden --aux-layers): train_report.json's evaluations[NAME]; repeatable")
     ap.add_argument("--evaluate", type=Path, default=None,
                     help="no training: evaluate this saved draft on --heldout-dir and print the result")
     args = ap.parse_args()
@@ -375,6 +380,10 @@ def main() -> None:
     final_val = evaluate(saved, data, aux, data.val_seqs, W, w_d, t2d_id, args.eval_steps)
     final_train = evaluate(saved, data, aux, data.train_seqs[: len(data.val_seqs)], W, w_d, t2d_id, args.eval_steps)
     held_res = evaluate(saved, held, held_aux, held_seqs, W, w_d, t2d_id, args.eval_steps) if held else None
+    evaluations = {}
+    for spec in args.also_evaluate:
+        name, _, path = spec.partition("=")
+        evaluations[name] = evaluate_saved(args.out, Path(path), args.eval_steps)
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),
@@ -392,13 +401,15 @@ def main() -> None:
                             "intermediate_size": args.intermediate_size, "seed": args.seed},
         "epochs": history, "steps": step, "epochs_run": round(step / max(steps_per_epoch, 1), 2),
         "stopped_by_budget": stopped, "train_subset_saved_fp16": final_train, "val_saved_fp16": final_val,
-        "heldout_prompts": held_res, "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1),
+        "heldout_prompts": held_res, "evaluations": evaluations,
+        "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1),
         "budget_min": args.budget_min,
         "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
     }
     write_json(args.out / "train_report.json", report)
     print(json.dumps({"draft_vocab": report["draft_vocab"], "train_subset": final_train, "val": final_val,
-                      "heldout_prompts": held_res, "epochs_run": report["epochs_run"], "wall_s": report["wall_s"]},
+                      "heldout_prompts": held_res, "evaluations": evaluations,
+                      "epochs_run": report["epochs_run"], "wall_s": report["wall_s"]},
                      indent=1))
 
 

@@ -48,11 +48,11 @@ def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, firs
         if len(t) == 0:
             continue
         lab = torch.full((len(t), num_heads), IGNORE, dtype=torch.int64)
-        toks = data.tokens[a: a + n]
+        nxt = data.targets[a: a + n]  # nxt[i]: the target's greedy token i + 1
         for h in range(num_heads):
             idx = t + h + first
             ok = idx < n
-            lab[ok, h] = toks[idx[ok]]
+            lab[ok, h] = nxt[idx[ok] - 1]
         rows.append(t + a)
         labels.append(lab)
     return torch.cat(rows), torch.cat(labels)

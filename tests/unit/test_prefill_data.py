@@ -1,0 +1,82 @@
+"""Distilling prefills of real replies: the records bench.prefill_data writes, and that the trainers learn the
+target's greedy token (bench.hidden's ``greedy``), not the text's next token."""
+
+import numpy as np
+import pytest
+import torch
+
+from bench import prefill_data
+from bench.draft_data import IGNORE, load_hidden_data
+
+
+class _Tok:
+    """Whitespace 'tokenizer' with a chat template: one id per word."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+
+    def apply_chat_template(self, msgs, add_generation_prompt, tokenize):
+        return f"<u> {msgs[0]['content']} <a>"
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.vocab.setdefault(w, 10 + len(self.vocab)) for w in text.split()]}
+
+
+def _records(pairs, **kw):
+    counts = {"skipped_not_ascii": 0, "skipped_long_prompt": 0, "skipped_short_reply": 0}
+    args = {"max_prompt_tokens": 12, "max_answer_tokens": 10, "end_id": 2, **kw}
+    return list(prefill_data.records(pairs, _Tok(), counts=counts, **args)), counts
+
+
+def test_records_are_prompt_then_real_reply_cut_or_ended():
+    words = " ".join(f"w{i}" for i in range(30))
+    recs, counts = _records([
+        ("What is a lake?", "A lake is a body of water surrounded by land ."),   # 11 tokens: cut at 10
+        ("Hi there", "one two three four five six seven"),                         # ends with <|im_end|>
+        ("Привет, как дела у тебя сегодня?", "Хорошо, спасибо, а у тебя как дела?"),  # not ASCII
+        (words, "a reply long enough to be kept here"),                            # prompt too long
+        ("Short one", "ok then"),                                                  # reply too short
+    ])
+    assert counts == {"skipped_not_ascii": 1, "skipped_long_prompt": 1, "skipped_short_reply": 1}
+    assert [r["id"] for r in recs] == [0, 1]
+    cut, ended = recs
+    assert len(cut["answer_ids"]) == 10 and 2 not in cut["answer_ids"] and cut["finished"] is False
+    assert ended["answer_ids"][-1] == 2 and len(ended["answer_ids"]) == 8 and ended["finished"] is True
+    assert len(cut["prompt_ids"]) == len("<u> What is a lake? <a>".split()) and cut["family"] == "sharegpt"
+    assert cut["prompt"] == "What is a lake?"
+
+
+def _write_index(tmp_path, tokens, greedy, offsets, prompt_lens, aux_dim=6):
+    n = len(tokens)
+    np.save(tmp_path / "hidden_f16.npy", np.zeros((n, 4), dtype=np.float16))
+    np.save(tmp_path / "aux_f16.npy", np.arange(n * aux_dim, dtype=np.float16).reshape(n, aux_dim))
+    index = {"tokens": torch.tensor(tokens, dtype=torch.int32), "offsets": torch.tensor(offsets),
+             "prompt_lens": torch.tensor(prompt_lens), "aux_layers": [0, 1, 2]}
+    if greedy is not None:
+        index["greedy"] = torch.tensor(greedy, dtype=torch.int32)
+    torch.save(index, tmp_path / "hidden_index.pt")
+
+
+def test_targets_are_the_greedy_tokens_or_the_shifted_answer(tmp_path):
+    tokens, greedy = [5, 6, 7, 8, 9, 1, 2, 3], [16, 17, 18, 19, 20, 12, 13, 14]
+    _write_index(tmp_path, tokens, greedy, [0, 5, 8], [2, 1])
+    assert load_hidden_data(tmp_path, 0.5).targets.tolist() == greedy
+    _write_index(tmp_path, tokens, None, [0, 5, 8], [2, 1])  # an index from before greedy: own greedy answers
+    assert load_hidden_data(tmp_path, 0.5).targets.tolist()[:4] == tokens[1:5]
+
+
+@pytest.mark.parametrize("greedy", [[16, 17, 18, 19, 20, 21, 22], None])
+def test_eagle3_labels_are_the_targets_greedy_tokens(tmp_path, greedy):
+    from bench.train_eagle3 import load_batch
+
+    tokens = [5, 6, 7, 8, 9, 10, 11]  # one sequence, prompt 3 tokens
+    _write_index(tmp_path, tokens, greedy, [0, 7], [3])
+    data = load_hidden_data(tmp_path, 0.0)
+    aux = np.load(tmp_path / "aux_f16.npy", mmap_mode="r")
+    t2d_id = torch.arange(40)
+    A, _embs, labels, _pos = load_batch(data, aux, [0], torch.randn(40, 4), t2d_id, steps=2)
+    nxt = greedy if greedy is not None else tokens[1:] + [0]
+    # step s at index i predicts the token after position i + s: IGNORE unless it is an answer token (>= 3)
+    want = [[nxt[i + s] if 3 <= i + s + 1 < 7 else IGNORE for s in (1, 2)] for i in range(6)]
+    assert labels[0].tolist() == want
+    assert A.shape == (1, 6, 6)
