@@ -280,6 +280,9 @@ def main() -> None:
     ap.add_argument("--max-epochs", type=int, default=40)
     ap.add_argument("--val-fraction", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="continue training this saved draft (its weights, draft vocabulary and MLP width) instead of "
+                         "starting from scratch")
     ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR",
                     help="after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
                          "bench.hidden --aux-layers): train_report.json's evaluations[NAME]; repeatable")
@@ -310,13 +313,28 @@ def main() -> None:
         held_aux = np.load(args.heldout_dir / "aux_f16.npy", mmap_mode="r")
     held_seqs = list(range(held.num_seqs)) if held else []
 
-    sel, cov = choose_vocab(data, data.train_seqs, V, args.vocab_coverage, args.max_draft_vocab)
+    init = None
+    if args.init is not None:  # continue from a saved draft: its weights and its draft vocabulary
+        from safetensors.torch import load_file
+
+        init = load_file(str(args.init / "model.safetensors"))
+        init_cfg = json.loads((args.init / "config.json").read_text())
+        if list(init_cfg["eagle_aux_hidden_state_layer_ids"]) != aux_layers:
+            raise SystemExit(f"--init {args.init}: aux layers {init_cfg['eagle_aux_hidden_state_layer_ids']}, "
+                             f"the data's are {aux_layers}")
+        sel = torch.arange(init["d2t"].numel()) + init["d2t"]
+        args.intermediate_size = int(init_cfg["intermediate_size"])
+        cov = -1.0  # set below, once t2d exists
+    else:
+        sel, cov = choose_vocab(data, data.train_seqs, V, args.vocab_coverage, args.max_draft_vocab)
     dv = int(sel.numel())
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[sel] = True
     t2d_id = torch.full((V,), -2, dtype=torch.int64)
     t2d_id[sel] = torch.arange(dv)
     w_d = W[sel].contiguous()
+    if init is not None:
+        cov = coverage_of(data, data.train_seqs, t2d)
     cov_val = coverage_of(data, data.val_seqs, t2d)
     cov_held = coverage_of(held, held_seqs, t2d) if held else None
     print(f"draft vocabulary {dv} of {V}: covers {cov:.4f} of train answer tokens, {cov_val:.4f} val, "
@@ -325,6 +343,8 @@ def main() -> None:
 
     cfg = draft_config(target_cfg, dv, aux_layers, args.intermediate_size)
     model = Eagle3Draft(cfg, len(aux_layers))
+    if init is not None:
+        model.load_vllm_state(init)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
@@ -398,7 +418,8 @@ def main() -> None:
         "hyperparameters": {"ttt_steps": args.ttt_steps, "step_loss_weights": weights, "batch_tokens": args.batch_tokens,
                             "lr": args.lr, "betas": [0.9, 0.95], "warmup": args.warmup, "clip": args.clip,
                             "schedule": "linear warm-up, cosine to 10 %", "scheduled_steps": total_steps,
-                            "intermediate_size": args.intermediate_size, "seed": args.seed},
+                            "intermediate_size": args.intermediate_size, "seed": args.seed,
+                            "init": str(args.init) if args.init else None},
         "epochs": history, "steps": step, "epochs_run": round(step / max(steps_per_epoch, 1), 2),
         "stopped_by_budget": stopped, "train_subset_saved_fp16": final_train, "val_saved_fp16": final_val,
         "heldout_prompts": held_res, "evaluations": evaluations,
