@@ -93,6 +93,7 @@ def main() -> None:
     hsize = model.config.hidden_size
     recs = read_jsonl(args.data)
     seqs = [r["prompt_ids"] + r["answer_ids"] for r in recs]
+    plens = [len(r["prompt_ids"]) for r in recs]
     total = sum(len(s) for s in seqs)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out_path = args.out_dir / "hidden_f16.npy"
@@ -131,14 +132,14 @@ def main() -> None:
                     out = model.model(input_ids=ids, output_hidden_states=bool(aux_layers))
                 h = out.last_hidden_state.float()  # [B, L, H], after the final norm
                 # greedy tokens from the last prompt position on (earlier ones are never a label): float32 lm_head
-                ans = torch.cat([h[row, len(recs[i]["prompt_ids"]) - 1: len(seqs[i])] for row, i in enumerate(b)])
+                ans = torch.cat([h[row, plens[i] - 1: len(seqs[i])] for row, i in enumerate(b)])
                 g = torch.cat([model.lm_head(ans[c: c + 1024]).argmax(-1) for c in range(0, len(ans), 1024)])
                 g_at = 0
                 a = torch.cat([out.hidden_states[i].float() for i in aux_layers], -1) if aux_layers else None
                 for row, i in enumerate(b):
                     n = len(seqs[i])
                     hidden[offsets[i]: offsets[i] + n] = h[row, :n].numpy().astype(np.float16)
-                    p = len(recs[i]["prompt_ids"])
+                    p = plens[i]
                     greedy[offsets[i] + p - 1: offsets[i] + n] = g[g_at: g_at + n - p + 1].numpy()
                     g_at += n - p + 1
                     if aux is not None:
@@ -159,13 +160,13 @@ def main() -> None:
         np.zeros(0, dtype=np.int32)
     match = n_check = 0
     for i in range(done_seqs):  # answer positions: does the text say what the target would?
-        a, p, n = int(offsets[i]), len(recs[i]["prompt_ids"]), len(seqs[i])
+        a, p, n = int(offsets[i]), plens[i], len(seqs[i])
         match += int((greedy[a + p - 1: a + n - 1] == tokens[a + p: a + n]).sum())
         n_check += n - p
     index = {
         "ids": torch.tensor([r["id"] for r in recs[:done_seqs]]),
         "offsets": torch.from_numpy(offsets[: done_seqs + 1].copy()),
-        "prompt_lens": torch.tensor([len(r["prompt_ids"]) for r in recs[:done_seqs]]),
+        "prompt_lens": torch.tensor(plens[:done_seqs]),
         "finished": torch.tensor([bool(r["finished"]) for r in recs[:done_seqs]]),
         "tokens": torch.from_numpy(tokens),
         "greedy": torch.from_numpy(greedy[:n_pos].copy()),

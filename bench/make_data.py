@@ -72,14 +72,9 @@ def main() -> None:
     model = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(model)
     if args.prompt_set is not None:
-        if args.prompt_set == "chat":
-            from bench.run import chat_questions
+        from bench.run import prompt_texts
 
-            prompts = chat_questions()[: args.num_prompts_set]
-        else:
-            from bench.sharegpt import heldout_prompts as sharegpt_heldout
-
-            prompts = sharegpt_heldout(n=args.num_prompts_set)
+        prompts = prompt_texts(args.prompt_set, args.num_prompts_set)
         families = [args.prompt_set] * len(prompts)
     elif args.prompts_jsonl is not None:
         recs = read_jsonl(args.prompts_jsonl)

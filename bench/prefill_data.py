@@ -27,13 +27,7 @@ import random
 from pathlib import Path
 
 from bench.common import CACHE, command_line, write_json
-
-MIN_ASCII = 0.95
-
-
-def mostly_ascii(text: str, share: float = MIN_ASCII) -> bool:
-    t = text.strip()
-    return bool(t) and sum(c.isascii() for c in t) >= share * len(t)
+from bench.sharegpt import mostly_ascii
 
 
 def records(exchanges, tokenizer, *, max_prompt_tokens: int, max_answer_tokens: int, end_id: int,

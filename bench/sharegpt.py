@@ -102,13 +102,17 @@ def is_heldout(first_message: str) -> bool:
     return _key(first_message) % 100 < HELDOUT_PERCENT
 
 
-def _usable_prompt(text: str) -> bool:
-    """A first turn worth sending as a benchmark prompt: mostly ASCII (the dataset is ~94 % English and
-    SmolLM2 is an English model), and of a length a 2048-token context holds with room for the answer."""
+def mostly_ascii(text: str, share: float = 0.95) -> bool:
+    """At least ``share`` of the stripped text is ASCII (the dataset is ~94 % English and SmolLM2 is an English
+    model); empty text is not."""
     t = text.strip()
-    if not MIN_CHARS <= len(t) <= MAX_CHARS:
-        return False
-    return sum(c.isascii() for c in t) >= 0.95 * len(t)
+    return bool(t) and sum(c.isascii() for c in t) >= share * len(t)
+
+
+def _usable_prompt(text: str) -> bool:
+    """A first turn worth sending as a benchmark prompt: mostly ASCII, and of a length a 2048-token context holds
+    with room for the answer."""
+    return MIN_CHARS <= len(text.strip()) <= MAX_CHARS and mostly_ascii(text)
 
 
 def exchanges(path: str | Path, split: str) -> Iterator[tuple[str, str]]:

@@ -324,17 +324,15 @@ def main() -> None:
                              f"the data's are {aux_layers}")
         sel = torch.arange(init["d2t"].numel()) + init["d2t"]
         args.intermediate_size = int(init_cfg["intermediate_size"])
-        cov = -1.0  # set below, once t2d exists
     else:
-        sel, cov = choose_vocab(data, data.train_seqs, V, args.vocab_coverage, args.max_draft_vocab)
+        sel, _ = choose_vocab(data, data.train_seqs, V, args.vocab_coverage, args.max_draft_vocab)
     dv = int(sel.numel())
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[sel] = True
     t2d_id = torch.full((V,), -2, dtype=torch.int64)
     t2d_id[sel] = torch.arange(dv)
     w_d = W[sel].contiguous()
-    if init is not None:
-        cov = coverage_of(data, data.train_seqs, t2d)
+    cov = coverage_of(data, data.train_seqs, t2d)
     cov_val = coverage_of(data, data.val_seqs, t2d)
     cov_held = coverage_of(held, held_seqs, t2d) if held else None
     print(f"draft vocabulary {dv} of {V}: covers {cov:.4f} of train answer tokens, {cov_val:.4f} val, "
