@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,9 +129,7 @@ def test_plugins_site(request, tmp_path_factory):
     import importlib
 
     site = tmp_path_factory.mktemp("test-plugins-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(site),
-                    *(str(ROOT / "tests" / "plugins" / name) for name in TEST_PLUGINS)], check=True)
+    _pip_install(tmp_path_factory, site, TEST_PLUGINS)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(site) + (os.pathsep + old if old else "")
     sys.path.insert(0, str(site))
@@ -145,12 +144,23 @@ def test_plugins_site(request, tmp_path_factory):
             os.environ["PYTHONPATH"] = old
 
 
+def _pip_install(tmp_path_factory, target: Path, plugins: tuple[str, ...]) -> None:
+    """pip-install test-only plugin distributions (tests/plugins/NAME) into ``target``.
+
+    Each is built from a copy of its source in this worker's own temporary folder: setuptools builds in the
+    source tree (``build/``, ``*.egg-info``), and the pytest-xdist workers of ``make test`` install the same
+    plugins at the same time, so builds in the shared tree raced and failed at random."""
+    sources = tmp_path_factory.mktemp("plugin-sources")
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    copies = [shutil.copytree(ROOT / "tests" / "plugins" / name, sources / name, ignore=ignore) for name in plugins]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target), *map(str, copies)], check=True)
+
+
 def _pip_target(tmp_path_factory, plugin: str) -> str:
     """A test-only plugin distribution (tests/plugins/PLUGIN) pip-installed into a fresh folder, for PYTHONPATH."""
     target = tmp_path_factory.mktemp(f"{plugin}-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target),
-                    str(ROOT / "tests" / "plugins" / plugin)], check=True)
+    _pip_install(tmp_path_factory, target, (plugin,))
     return str(target)
 
 
