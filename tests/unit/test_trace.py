@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import torch
@@ -36,7 +37,7 @@ def test_record_loads_with_weights_only(tmp_path):
                                                                        "token_indices_to_sample": None})
     assert p._trace_hook is None  # consumed: the next step records its own hook call
     rec = torch.load(path, weights_only=True)
-    assert rec["schema"] == trace.TRACE_SCHEMA == 3
+    assert rec["schema"] == trace.TRACE_SCHEMA == 4
     assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
     assert rec["req_ids"] == ["a-1234", "b-5678"]
     assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
@@ -53,6 +54,11 @@ def test_record_loads_with_weights_only(tmp_path):
     assert (rec["num_drafts"], rec["forward_columns"]) == (2, 3)  # told k=2, returned 3 columns (cut to 2)
     empty = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
     assert (empty["num_drafts"], empty["forward_columns"]) == (None, None)  # k = 0: no forward ran
+    assert (empty["first_pass"], empty["caught_up"]) == (None, None)  # a heads drafter has no first pass
+    p.drafter = dataclasses.replace(p.drafter, kind="attention")
+    p._step.update(first_pass="skipped", caught_up=5)
+    rec = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
+    assert (rec["first_pass"], rec["caught_up"]) == ("skipped", 5)
 
 
 def test_base_request_id():

@@ -683,6 +683,16 @@ class AttentionRuntime(DrafterRuntime):
     #: V1's runner condenses the first pass to the accepted tokens under ``disable_padded_drafter_batch``
     condensed_first_pass_option = False
 
+    @property
+    def target_rows_width(self) -> int:
+        """Width of the target hidden-state rows vLLM's loop feeds the first pass: the hidden size, or the chosen
+        target layers concatenated (``n * hidden``) for a drafter that combines them."""
+        width = int(self.target_hidden_size)
+        if not self.combines_target_layers:
+            return width
+        n = len(getattr(self.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids", None) or []) or 3
+        return n * width
+
     def _check_first_pass_layout(self, vllm_config: Any, drafter: Drafter) -> None:
         """Token-row sources need the first pass in the target's own token layout (row t: the target's row t)."""
         spec = vllm_config.speculative_config
@@ -721,9 +731,8 @@ class AttentionRuntime(DrafterRuntime):
         """One pass of the plugin model on one row of static buffers (no attention metadata, as in vLLM's
         warm-up)."""
         if self.combines_target_layers:
-            n = len(getattr(self.draft_model_config.hf_config, "eagle_aux_hidden_state_layer_ids", None) or []) or 3
             combined = self.model.combine_hidden_states(
-                torch.zeros((1, n * self.target_hidden_size), dtype=hidden.dtype, device=hidden.device))
+                torch.zeros((1, self.target_rows_width), dtype=hidden.dtype, device=hidden.device))
             if combined.shape[-1] != self.hidden_size:
                 raise self._load_error(f"combine_hidden_states() returned shape {list(combined.shape)}, expected "
                                        f"[num_tokens, {self.hidden_size}]")

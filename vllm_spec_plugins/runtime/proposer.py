@@ -22,6 +22,7 @@ from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 from .._names import MM_MASK_ATTR
 from ..api import Drafter
 from ..routing import ATTENTION_METHOD
+from .catchup import ENV_CATCHUP, KeptRows, catchup_rows
 from .core import (  # noqa: F401
     AttentionDrafterAdapter,
     AttentionRuntime,
@@ -191,12 +192,53 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
         EagleProposer.__init__(self, vllm_config, device, runner)
         self._setup_attention(vllm_config, device, runner, drafter)
+        #: rows of first passes skipped while the batch drafted nothing (:mod:`.catchup`); None: never skipped
+        self.kept: KeptRows | None = None
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"), multimodal_target(target_model):
             super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
+        rows = catchup_rows()
+        why_not = self._first_pass_kept_whole() if rows else f"{ENV_CATCHUP}=0"
+        if why_not is None:
+            self.kept = KeptRows(self.max_reqs, min(rows, self.max_num_tokens), self.target_rows_width,
+                                 self.vllm_config.model_config.dtype, self.device, is_pin_memory_available(),
+                                 token_dtype=self.input_ids.dtype)
+            logger.info("vllm_spec_plugins: plugin %r: in steps that draft nothing, the draft's first pass is "
+                        "skipped and caught up before drafting resumes (up to %d rows kept per request; %s=0 runs "
+                        "it every step)", self.drafter.plugin, self.kept.rows, ENV_CATCHUP)
+        else:
+            logger.info("vllm_spec_plugins: plugin %r: the draft's first pass runs in every step, also those that "
+                        "draft nothing (%s)", self.drafter.plugin, why_not)
+
+    def _first_pass_kept_whole(self) -> str | None:
+        """Why a skipped first pass could not be replayed from the token, position, KV slot and target hidden state
+        of each row alone (``None``: it can)."""
+        spec = self.vllm_config.speculative_config
+        parallel = self.vllm_config.parallel_config
+        reasons = {
+            "the drafter reads extra inputs or carried state": bool(self.buffers or self.reads_target_inputs),
+            "multimodal embeddings": bool(self.supports_mm_inputs),
+            "M-RoPE positions": bool(self.uses_mrope or self.vllm_config.model_config.uses_mrope),
+            "parallel drafting slots": bool(getattr(self, "needs_extra_input_slots", False)),
+            "disable_padded_drafter_batch": bool(getattr(spec, "disable_padded_drafter_batch", False)),
+            "context parallelism": max(int(getattr(parallel, "decode_context_parallel_size", 1) or 1),
+                                       int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)) > 1,
+        }
+        found = [why for why, applies in reasons.items() if applies]
+        return ", ".join(found) or None
+
+    def on_request_removed(self, req_id: str) -> None:
+        super().on_request_removed(req_id)
+        if self.kept is not None:
+            self.kept.drop(req_id)
+
+    def on_request_resumed(self, req_id: str) -> None:
+        super().on_request_resumed(req_id)
+        if self.kept is not None:  # preempted: its blocks were freed; the prefill it resumes with runs the first pass
+            self.kept.drop(req_id)
 
     @torch.inference_mode()
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
@@ -250,6 +292,15 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                            "query_start_loc": common_attn_metadata.query_start_loc[:B + 1].cpu().clone(),
                            "token_indices_to_sample": None if token_indices_to_sample is None
                            else token_indices_to_sample[:B].cpu().clone()}
+        self._step["first_pass"] = "ran"
+        if self.kept is not None:
+            if self._skip_first_pass(num_speculative_tokens, B, T, target_positions, target_hidden_states,
+                                     next_token_ids, common_attn_metadata):
+                nothing = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+                if self._trace_dir:
+                    self._trace(B, T, nothing, trace_first)
+                return nothing
+            self._catch_up(common_attn_metadata, sampling_metadata)
         if self.combines_target_layers:
             # What vLLM's propose does for method eagle3, but for any model class (see _plain_loop).
             target_hidden_states = self.model.combine_hidden_states(target_hidden_states)
@@ -264,6 +315,83 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         if self._trace_dir:
             self._trace(B, T, drafts, trace_first)
         return drafts
+
+    # -- the k = 0 floor: skipped first passes and their catch-up (.catchup) ---------------------------------
+
+    def _skip_first_pass(self, k: int, B: int, T: int, target_positions: torch.Tensor,
+                         target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor, cad: Any) -> bool:
+        """In a plain decode step that drafts nothing (one token per request, ``k = 0``), keep each request's
+        first-pass row instead of running the pass. Not when a request has kept as many rows as it may.
+
+        With one row per request, request ``i``'s row is row ``i`` (``token_indices_to_sample``, when vLLM passes
+        it, is ``0..B-1``), and its input token is ``next_token_ids[i]``."""
+        assert self.kept is not None
+        req_ids = self._step.get("req_ids")
+        if (k != 0 or T != B or cad.max_query_len != 1 or req_ids is None
+                or not self.kept.can_keep(req_ids[:B])):
+            return False
+        self.kept.keep(req_ids[:B], next_token_ids[:B], target_positions[:B], cad.slot_mapping[:B],
+                       target_hidden_states[:B])
+        self._step["first_pass"] = "skipped"
+        return True
+
+    def _catch_up(self, cad: Any, sampling_metadata: Any) -> None:
+        """Before a first pass runs: replay the kept rows of this step's requests, each request's rows as one
+        chunk of a prefill (its context is the KV written before them), through vLLM's own first pass with no
+        drafts. It writes the draft KV the skipped passes would have written; the step's own first pass follows."""
+        assert self.kept is not None
+        req_ids = self._step.get("req_ids")
+        taken = self.kept.take(req_ids) if req_ids and len(self.kept) else None
+        if taken is None:
+            return
+        self._step["caught_up"] = sum(taken.counts)
+        starts = [0]  # each request's first row in taken.index
+        for count in taken.counts:
+            starts.append(starts[-1] + count)
+        lo = 0
+        while lo < len(taken.counts):  # passes of whole requests, at most max_num_tokens rows (vLLM's buffers)
+            hi = lo + 1
+            while hi < len(taken.counts) and starts[hi + 1] - starts[lo] <= self.max_num_tokens:
+                hi += 1
+            self._catch_up_pass(cad, sampling_metadata, taken.batch_rows[lo:hi],
+                                [c - starts[lo] for c in starts[lo:hi + 1]], taken.index[starts[lo]:starts[hi]])
+            lo = hi
+
+    def _catch_up_pass(self, cad: Any, sampling_metadata: Any, batch_rows: list[int], ends: list[int],
+                       idx: torch.Tensor) -> None:
+        """One catch-up pass: the kept rows ``idx`` of the requests at ``batch_rows`` of this step's batch,
+        request ``i``'s rows from ``ends[i]`` to ``ends[i + 1]``."""
+        assert self.kept is not None
+        kept, device = self.kept, self.input_ids.device
+        qsl_cpu = torch.tensor(ends, dtype=cad.query_start_loc_cpu.dtype)
+        qsl = qsl_cpu.to(device, non_blocking=True)
+        rows = torch.tensor(batch_rows, dtype=torch.int64).to(device, non_blocking=True)
+        token_ids, positions = kept.token_ids[idx], kept.positions[idx]
+        last = qsl[1:].to(torch.int64) - 1
+        replaced: dict[str, Any] = {
+            "query_start_loc": qsl, "query_start_loc_cpu": qsl_cpu,
+            "seq_lens": (positions[last] + 1).to(cad.seq_lens.dtype), "num_reqs": len(batch_rows),
+            "num_actual_tokens": ends[-1],
+            "max_query_len": max(b - a for a, b in zip(ends, ends[1:])), "max_seq_len": cad.max_seq_len,
+            "block_table_tensor": cad.block_table_tensor[rows], "slot_mapping": kept.slots[idx],
+            "positions": positions}
+        for name in ("seq_lens_cpu_upper_bound", "req_idx"):  # per request: this pass's requests
+            value = getattr(cad, name, None)
+            if value is not None:
+                replaced[name] = value[batch_rows]
+        for name in ("is_prefilling", "logits_indices_padded", "num_logits_indices", "max_logits_per_req",
+                     "_num_computed_tokens_cache", "_token_to_req_indices_cache"):
+            if hasattr(cad, name):
+                replaced[name] = None
+        hidden = kept.hidden[idx]
+        if self.combines_target_layers:
+            hidden = self.model.combine_hidden_states(hidden)
+        self.pass_index = 0
+        with self._plain_loop():
+            # vLLM's first pass shifts the token ids left by one and puts next_token_ids at each request's last
+            # row: the kept ids rolled right by one, and each request's last kept id, give the kept ids back
+            super().propose(0, torch.roll(token_ids, 1), positions, hidden, token_ids[last], None,
+                            cad.replace(**replaced), sampling_metadata)
 
     @contextlib.contextmanager
     def _plain_loop(self) -> Iterator[None]:

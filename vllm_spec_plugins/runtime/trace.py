@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 3
+TRACE_SCHEMA = 4
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
 ``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
-``num_drafts`` and ``forward_columns`` (heads drafters)."""
+``num_drafts`` and ``forward_columns`` (heads drafters). 4: adds ``first_pass`` and ``caught_up`` (attention
+drafters)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +51,8 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
         "hook_outputs": hook.get("hook_outputs", {}),
         "num_drafts": int(drafts.shape[1]) if getattr(p, "takes_num_drafts", False) and drafts.shape[1] else None,
         "forward_columns": (getattr(p, "_forward_columns", None) if d.kind == "heads" and drafts.shape[1] else None),
+        "first_pass": step.get("first_pass") if d.kind == "attention" else None,
+        "caught_up": int(step.get("caught_up", 0)) if d.kind == "attention" else None,
     }
     for name, value in record["inputs"].items():  # schema 1: forward inputs at the top level, by parameter
         record.setdefault(name, value)

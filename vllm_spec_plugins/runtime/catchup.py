@@ -1,0 +1,149 @@
+"""Skipping an attention drafter's first pass while its batch drafts nothing, and catching up before it drafts.
+
+vLLM's EAGLE loop runs the draft model's first pass over every token the target consumed, also in a
+step that drafts nothing (``k = 0``): that pass writes the draft's KV cache for those positions, which later
+drafts attend to. On SmolLM2-135M (2 CPU cores) it made a ``k = 0`` step cost 5-9 % of the target's forward
+more than a step without speculation (``python -m bench.floor``, docs/benchmarks.md).
+
+Instead, in a step where the whole batch drafts nothing and every request has one token (a plain decode
+step), the V1 front end (:mod:`.proposer`) keeps what the first pass would have consumed for each request (the
+input token, its position, its KV slot and the target's hidden state, before ``combine_hidden_states``) and
+returns no drafts at once. Before any step that runs the first pass (drafting resumes, a prefill joins the
+batch, or a request has kept :data:`DEFAULT_ROWS` rows), it replays the kept rows of that step's requests in one
+pass, request by request as a chunk of a prefill, which writes the same draft KV the skipped passes would have.
+Nothing is synchronised with the host: the kept rows are copied on the device, and their bookkeeping
+(which request holds which rows, how many) is host-side, derived from the step's scheduled requests.
+
+``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP`` sets the rows kept per request (default 16; memory: ``max_num_seqs * rows``
+rows of the target's hidden states fed to the drafter); ``0`` turns skipping off (the first pass runs every
+step, vLLM's own behaviour).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+ENV_CATCHUP = "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP"
+DEFAULT_ROWS = 16
+
+
+def catchup_rows(env: dict[str, str] | None = None) -> int:
+    """Rows kept per request from ``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP`` (unset: :data:`DEFAULT_ROWS`; 0: off).
+
+    Raises:
+        ValueError: not a whole number from 0 to 4096, naming the variable.
+    """
+    raw = (os.environ if env is None else env).get(ENV_CATCHUP)
+    if raw is None or not raw.strip():
+        return DEFAULT_ROWS
+    try:
+        rows = int(raw.strip())
+    except ValueError:
+        rows = -1
+    if not 0 <= rows <= 4096:
+        raise ValueError(f"vllm_spec_plugins: {ENV_CATCHUP}={raw!r} is not a whole number from 0 to 4096: it is "
+                         f"how many skipped first-pass rows an attention drafter keeps per request (default "
+                         f"{DEFAULT_ROWS}; 0 runs the draft's first pass every step)")
+    return rows
+
+
+@dataclass
+class Taken:
+    """Rows handed back for a catch-up pass: per request (in the step's batch order) its batch row and count,
+    and the flat index of its rows in the kept buffers, request after request."""
+
+    batch_rows: list[int]
+    counts: list[int]
+    index: torch.Tensor
+
+
+class KeptRows:
+    """Per-request rows of skipped first passes, in static device buffers allocated once.
+
+    Request ``r`` holds a slot of :attr:`rows` consecutive rows; a skipped step appends one row to each of
+    its requests. Host bookkeeping only: ``where[req_id] = [slot, count]``.
+    """
+
+    def __init__(self, max_reqs: int, rows: int, width: int, dtype: torch.dtype, device: torch.device,
+                 pin_memory: bool, token_dtype: torch.dtype = torch.int32) -> None:
+        self.rows = rows
+        n = max_reqs * rows
+        self.token_ids = torch.zeros(n, dtype=token_dtype, device=device)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
+        self.slots = torch.zeros(n, dtype=torch.int64, device=device)
+        self.hidden = torch.zeros((n, width), dtype=dtype, device=device)
+        # Two pinned staging buffers used in turn: the host writes one step's index while the device may still be
+        # copying the previous step's (async scheduling runs the host one step ahead)
+        self._index_cpu = [torch.zeros(n, dtype=torch.int64, pin_memory=pin_memory) for _ in range(2)]
+        self._index = torch.zeros(n, dtype=torch.int64, device=device)
+        self._turn = 0
+        self.where: dict[str, list[int]] = {}
+        self._free = list(range(max_reqs - 1, -1, -1))
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def can_keep(self, req_ids: list[str]) -> bool:
+        """Whether one more row of each of these requests fits (a request at its limit must be caught up)."""
+        new = 0
+        for rid in req_ids:
+            held = self.where.get(rid)
+            if held is None:
+                new += 1
+            elif held[1] >= self.rows:
+                return False
+        return new <= len(self._free)
+
+    def _to_device(self, flat: list[int]) -> torch.Tensor:
+        n = len(flat)
+        staging = self._index_cpu[self._turn]
+        self._turn ^= 1
+        staging[:n] = torch.tensor(flat, dtype=torch.int64)
+        idx = self._index[:n]
+        idx.copy_(staging[:n], non_blocking=True)
+        return idx
+
+    def keep(self, req_ids: list[str], token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+             hidden: torch.Tensor) -> None:
+        """Append one row per request (row ``i`` of each tensor is request ``req_ids[i]``'s). Call
+        :meth:`can_keep` first."""
+        flat = []
+        for rid in req_ids:
+            held = self.where.get(rid)
+            if held is None:
+                held = self.where[rid] = [self._free.pop(), 0]
+            flat.append(held[0] * self.rows + held[1])
+            held[1] += 1
+        idx = self._to_device(flat)
+        self.token_ids.index_copy_(0, idx, token_ids.to(self.token_ids.dtype))
+        self.positions.index_copy_(0, idx, positions.to(torch.int64))
+        self.slots.index_copy_(0, idx, slots.to(torch.int64))
+        self.hidden.index_copy_(0, idx, hidden.to(self.hidden.dtype))
+
+    def take(self, req_ids: list[str]) -> Taken | None:
+        """Hand back (and forget) the rows of those of ``req_ids`` (the step's batch, in order) that hold any."""
+        batch_rows: list[int] = []
+        counts: list[int] = []
+        flat: list[int] = []
+        for row, rid in enumerate(req_ids):
+            held = self.where.pop(rid, None)
+            if held is None:
+                continue
+            slot, count = held
+            self._free.append(slot)
+            batch_rows.append(row)
+            counts.append(count)
+            flat.extend(range(slot * self.rows, slot * self.rows + count))
+        if not batch_rows:
+            return None
+        return Taken(batch_rows, counts, self._to_device(flat))
+
+    def drop(self, req_id: str) -> None:
+        """Forget a request's rows: it finished, or was preempted (its KV blocks are freed and re-filled by the
+        prefill it resumes with, first pass included)."""
+        held = self.where.pop(req_id, None)
+        if held is not None:
+            self._free.append(held[0])
