@@ -60,7 +60,19 @@ def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
             "spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{kind.lower()}.json")}}
         # The floor under the policy: the drafter loaded, drafting never (what every k=0 step costs).
         rows[f"our {kind}, pinned k=0"] = {"spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
+    # The same EAGLE floor with the draft's first pass run in every step (as before the catch-up; vLLM's own
+    # behaviour), and the EAGLE-3 floor (--floor)
+    rows["our EAGLE, pinned k=0, first pass every step"] = {
+        "spec": rows["our EAGLE, pinned k=0"]["spec"],
+        "env": {"VLLM_SPEC_PLUGINS_POLICY": "0", "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"}}
+    rows["our EAGLE-3, pinned k=0"] = {"spec": {"model": str(DRAFTS / "smollm2-eagle3"), "num_speculative_tokens": 3},
+                                       "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
     return rows
+
+
+#: --floor: what a step that drafts nothing costs with an attention drafter loaded, side by side (one group)
+FLOOR_ROWS = ["no speculation", "our EAGLE, pinned k=0", "our EAGLE, pinned k=0, first pass every step",
+              "our EAGLE-3, pinned k=0"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,6 +87,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the k = 0 floor of the attention drafters, in one group: no speculation, our EAGLE "
+                         "pinned to k = 0 (first pass skipped and caught up), the same with the first pass run "
+                         "every step, our EAGLE-3 pinned to k = 0 (writes policy-floor.json / .md)")
     ap.add_argument("--skip", nargs="*", default=[], help="leave out rows whose name contains one of these words")
     ap.add_argument("--no-iomp", action="store_true", help="do not preload Intel OpenMP")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -108,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
               ["no speculation"] + [n for n in rows if "static" in n or n == "our EAGLE, pinned k=0"]]
     if args.only:
         groups = [g for g in groups if any(args.only in n for n in g)]
+    if args.floor:
+        groups = [FLOOR_ROWS]
     groups = [[n for n in g if not any(w in n for w in args.skip)] for g in groups]
     t0 = time.perf_counter()
     results = []
@@ -138,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets(results),
         "wall_seconds": time.perf_counter() - t0,
     }
-    (args.out / "policy.json").write_text(json.dumps(report, indent=1))
+    name = "policy-floor" if args.floor else "policy"
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
     md = markdown(report)
-    (args.out / "policy.md").write_text(md)
+    (args.out / f"{name}.md").write_text(md)
     print(md)
     return 0
 
