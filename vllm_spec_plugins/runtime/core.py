@@ -28,6 +28,7 @@ from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from . import trace
+from .catchup import ENV_CATCHUP, KeptRows, catchup_rows
 from .guard import DraftGuard
 from .inputs import (
     Binding,
@@ -189,6 +190,7 @@ class DrafterRuntime:
     max_num_tokens: int  # set by vLLM's proposer: max_num_batched_tokens
     num_speculative_tokens: int  # set by vLLM's proposer (V1); by Mrv2Runtime._setup_mrv2 on MRV2
     model: Any  # set by vLLM's proposer when it loads the draft: the plugin model (AttentionRuntime wraps it)
+    device: torch.device  # set by vLLM's proposer / speculator
 
     needs_aux_hidden_states = False
 
@@ -682,6 +684,78 @@ class AttentionRuntime(DrafterRuntime):
 
     #: V1's runner condenses the first pass to the accepted tokens under ``disable_padded_drafter_batch``
     condensed_first_pass_option = False
+    #: rows of first passes skipped in steps that drafted nothing (:mod:`.catchup`); None: never skipped
+    kept: KeptRows | None = None
+
+    # -- the k = 0 floor: skipped first passes and their catch-up (.catchup) -----------------------------------
+
+    def _setup_catchup(self, runner_reasons: dict[str, bool], *, token_dtype: torch.dtype) -> None:
+        """Once the draft is loaded: allocate the kept rows, unless a skipped first pass could not be replayed from
+        the token, position, KV slot and target hidden state of each row alone (``runner_reasons``: the model
+        runner's own); the engine log says which."""
+        rows = catchup_rows()
+        parallel = self.vllm_config.parallel_config
+        reasons = {
+            f"{ENV_CATCHUP}=0": not rows,
+            "the drafter reads extra inputs or carried state": bool(self.buffers or self.reads_target_inputs),
+            "M-RoPE positions": bool(getattr(self.vllm_config.model_config, "uses_mrope", False)),
+            "context parallelism": max(int(getattr(parallel, "decode_context_parallel_size", 1) or 1),
+                                       int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)) > 1,
+            **runner_reasons,
+        }
+        why_not = ", ".join(why for why, applies in reasons.items() if applies)
+        if why_not:
+            logger.info("vllm_spec_plugins: plugin %r: the draft's first pass runs in every step, also those that "
+                        "draft nothing (%s)", self.drafter.plugin, why_not)
+            return
+        from vllm.utils.torch_utils import is_pin_memory_available
+
+        self.kept = KeptRows(self.max_reqs, min(rows, self.max_num_tokens), self.target_rows_width,
+                             self.vllm_config.model_config.dtype, self.device, is_pin_memory_available(),
+                             token_dtype=token_dtype)
+        logger.info("vllm_spec_plugins: plugin %r: in steps that draft nothing, the draft's first pass is skipped and "
+                    "caught up before drafting resumes (up to %d rows kept per request; %s=0 runs it every step)",
+                    self.drafter.plugin, self.kept.rows, ENV_CATCHUP)
+
+    def _keep_first_pass(self, k: int, B: int, T: int, max_query_len: int, token_ids: torch.Tensor,
+                         positions: torch.Tensor, slots: torch.Tensor, hidden: torch.Tensor) -> bool:
+        """In a plain decode step that drafts nothing (``k = 0``, one token per request), keep each request's
+        first-pass row (row ``i``: input token, position, KV slot, target hidden state) instead of running the
+        pass; not when a request has kept as many rows as it may. Returns whether the pass is skipped."""
+        req_ids = self._step.get("req_ids")
+        if (self.kept is None or k != 0 or T != B or max_query_len != 1 or req_ids is None
+                or not self.kept.can_keep(req_ids[:B])):
+            return False
+        self.kept.keep(req_ids[:B], token_ids[:B], positions[:B], slots[:B], hidden[:B])
+        self._step["first_pass"] = "skipped"
+        return True
+
+    def _kept_passes(self) -> Iterator[tuple[list[int], list[int], torch.Tensor]]:
+        """Hand back the kept rows of this step's requests, in catch-up passes of whole requests of at most
+        ``max_num_tokens`` rows (vLLM's static buffers): per pass, the requests' rows in this step's batch, where
+        each request's rows start and end (``ends``, from 0), and the rows' flat index in the kept buffers."""
+        req_ids = self._step.get("req_ids")
+        taken = self.kept.take(req_ids) if self.kept is not None and req_ids and len(self.kept) else None
+        if taken is None:
+            return
+        self._step["caught_up"] = sum(taken.counts)
+        starts = [0]  # each request's first row in taken.index
+        for count in taken.counts:
+            starts.append(starts[-1] + count)
+        lo = 0
+        while lo < len(taken.counts):
+            hi = lo + 1
+            while hi < len(taken.counts) and starts[hi + 1] - starts[lo] <= self.max_num_tokens:
+                hi += 1
+            yield (taken.batch_rows[lo:hi], [c - starts[lo] for c in starts[lo:hi + 1]],
+                   taken.index[starts[lo]:starts[hi]])
+            lo = hi
+
+    def _drop_kept(self, req_id: str) -> None:
+        """A request finished, or was preempted (its blocks are freed; the prefill it resumes with runs the first
+        pass): forget its kept rows."""
+        if self.kept is not None:
+            self.kept.drop(req_id)
 
     @property
     def target_rows_width(self) -> int:

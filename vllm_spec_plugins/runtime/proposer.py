@@ -9,6 +9,7 @@ runner-independent core. Model Runner V2 has its own front end, :mod:`.mrv2`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,6 @@ from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 from .._names import MM_MASK_ATTR
 from ..api import Drafter
 from ..routing import ATTENTION_METHOD
-from .catchup import ENV_CATCHUP, KeptRows, catchup_rows
 from .core import (  # noqa: F401
     AttentionDrafterAdapter,
     AttentionRuntime,
@@ -192,53 +192,27 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
     def __init__(self, vllm_config: Any, device: torch.device, runner: Any = None, *, drafter: Drafter) -> None:
         EagleProposer.__init__(self, vllm_config, device, runner)
         self._setup_attention(vllm_config, device, runner, drafter)
-        #: rows of first passes skipped while the batch drafted nothing (:mod:`.catchup`); None: never skipped
-        self.kept: KeptRows | None = None
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         with self._plugin_call("failed to build the model or load its weights"), multimodal_target(target_model):
             super().load_model(target_model)  # vLLM's: draft attention layers, embedding / lm_head sharing
         self._wrap_loaded_model()
         self._trial(lambda: self._trial_attention(self.input_ids[:1], self._get_positions(1), self.hidden_states[:1]))
-        rows = catchup_rows()
-        why_not = self._first_pass_kept_whole() if rows else f"{ENV_CATCHUP}=0"
-        if why_not is None:
-            self.kept = KeptRows(self.max_reqs, min(rows, self.max_num_tokens), self.target_rows_width,
-                                 self.vllm_config.model_config.dtype, self.device, is_pin_memory_available(),
-                                 token_dtype=self.input_ids.dtype)
-            logger.info("vllm_spec_plugins: plugin %r: in steps that draft nothing, the draft's first pass is "
-                        "skipped and caught up before drafting resumes (up to %d rows kept per request; %s=0 runs "
-                        "it every step)", self.drafter.plugin, self.kept.rows, ENV_CATCHUP)
-        else:
-            logger.info("vllm_spec_plugins: plugin %r: the draft's first pass runs in every step, also those that "
-                        "draft nothing (%s)", self.drafter.plugin, why_not)
-
-    def _first_pass_kept_whole(self) -> str | None:
-        """Why a skipped first pass could not be replayed from the token, position, KV slot and target hidden state
-        of each row alone (``None``: it can)."""
         spec = self.vllm_config.speculative_config
-        parallel = self.vllm_config.parallel_config
-        reasons = {
-            "the drafter reads extra inputs or carried state": bool(self.buffers or self.reads_target_inputs),
+        self._setup_catchup({
             "multimodal embeddings": bool(self.supports_mm_inputs),
-            "M-RoPE positions": bool(self.uses_mrope or self.vllm_config.model_config.uses_mrope),
+            "M-RoPE positions": bool(self.uses_mrope),
             "parallel drafting slots": bool(getattr(self, "needs_extra_input_slots", False)),
             "disable_padded_drafter_batch": bool(getattr(spec, "disable_padded_drafter_batch", False)),
-            "context parallelism": max(int(getattr(parallel, "decode_context_parallel_size", 1) or 1),
-                                       int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)) > 1,
-        }
-        found = [why for why, applies in reasons.items() if applies]
-        return ", ".join(found) or None
+        }, token_dtype=self.input_ids.dtype)
 
     def on_request_removed(self, req_id: str) -> None:
         super().on_request_removed(req_id)
-        if self.kept is not None:
-            self.kept.drop(req_id)
+        self._drop_kept(req_id)
 
     def on_request_resumed(self, req_id: str) -> None:
         super().on_request_resumed(req_id)
-        if self.kept is not None:  # preempted: its blocks were freed; the prefill it resumes with runs the first pass
-            self.kept.drop(req_id)
+        self._drop_kept(req_id)
 
     @torch.inference_mode()
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
@@ -320,42 +294,18 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
 
     def _skip_first_pass(self, k: int, B: int, T: int, target_positions: torch.Tensor,
                          target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor, cad: Any) -> bool:
-        """In a plain decode step that drafts nothing (one token per request, ``k = 0``), keep each request's
-        first-pass row instead of running the pass. Not when a request has kept as many rows as it may.
-
-        With one row per request, request ``i``'s row is row ``i`` (``token_indices_to_sample``, when vLLM passes
-        it, is ``0..B-1``), and its input token is ``next_token_ids[i]``."""
-        assert self.kept is not None
-        req_ids = self._step.get("req_ids")
-        if (k != 0 or T != B or cad.max_query_len != 1 or req_ids is None
-                or not self.kept.can_keep(req_ids[:B])):
-            return False
-        self.kept.keep(req_ids[:B], next_token_ids[:B], target_positions[:B], cad.slot_mapping[:B],
-                       target_hidden_states[:B])
-        self._step["first_pass"] = "skipped"
-        return True
+        """V1's arguments for :meth:`AttentionRuntime._keep_first_pass`: with one row per request, request ``i``'s
+        row is row ``i`` (``token_indices_to_sample``, when vLLM passes it, is ``0..B-1``), its input token
+        ``next_token_ids[i]`` and its KV slot the step's ``slot_mapping[i]``."""
+        return self._keep_first_pass(k, B, T, cad.max_query_len, next_token_ids, target_positions, cad.slot_mapping,
+                                     target_hidden_states)
 
     def _catch_up(self, cad: Any, sampling_metadata: Any) -> None:
         """Before a first pass runs: replay the kept rows of this step's requests, each request's rows as one
         chunk of a prefill (its context is the KV written before them), through vLLM's own first pass with no
         drafts. It writes the draft KV the skipped passes would have written; the step's own first pass follows."""
-        assert self.kept is not None
-        req_ids = self._step.get("req_ids")
-        taken = self.kept.take(req_ids) if req_ids and len(self.kept) else None
-        if taken is None:
-            return
-        self._step["caught_up"] = sum(taken.counts)
-        starts = [0]  # each request's first row in taken.index
-        for count in taken.counts:
-            starts.append(starts[-1] + count)
-        lo = 0
-        while lo < len(taken.counts):  # passes of whole requests, at most max_num_tokens rows (vLLM's buffers)
-            hi = lo + 1
-            while hi < len(taken.counts) and starts[hi + 1] - starts[lo] <= self.max_num_tokens:
-                hi += 1
-            self._catch_up_pass(cad, sampling_metadata, taken.batch_rows[lo:hi],
-                                [c - starts[lo] for c in starts[lo:hi + 1]], taken.index[starts[lo]:starts[hi]])
-            lo = hi
+        for batch_rows, ends, idx in self._kept_passes():
+            self._catch_up_pass(cad, sampling_metadata, batch_rows, ends, idx)
 
     def _catch_up_pass(self, cad: Any, sampling_metadata: Any, batch_rows: list[int], ends: list[int],
                        idx: torch.Tensor) -> None:
@@ -372,7 +322,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
             "query_start_loc": qsl, "query_start_loc_cpu": qsl_cpu,
             "seq_lens": (positions[last] + 1).to(cad.seq_lens.dtype), "num_reqs": len(batch_rows),
             "num_actual_tokens": ends[-1],
-            "max_query_len": max(b - a for a, b in zip(ends, ends[1:])), "max_seq_len": cad.max_seq_len,
+            "max_query_len": max(b - a for a, b in itertools.pairwise(ends)), "max_seq_len": cad.max_seq_len,
             "block_table_tensor": cad.block_table_tensor[rows], "slot_mapping": kept.slots[idx],
             "positions": positions}
         for name in ("seq_lens_cpu_upper_bound", "req_idx"):  # per request: this pass's requests
