@@ -2,13 +2,14 @@
 
 vLLM's static schedule (``num_speculative_tokens_per_batch_size``) drafts nothing while four or more requests
 run and K=3 once three are left, so each of the three long requests goes through about 100 plain decode steps
-with the draft loaded, then drafts again. In those steps the V1 runner skips the draft's first pass and keeps
-its rows (``runtime/catchup.py``); before drafting resumes it replays them.
+with the draft loaded, then drafts again. In those steps the runtime skips the draft's first pass and keeps
+its rows (``runtime/catchup.py``); before drafting resumes it replays them. Both model runners.
 
 Oracles: greedy output equals no speculation; every draft equals a plain-torch EAGLE-1 that sees the draft KV
-of every position (the trace's replay, as in test_eagle_engine); acceptance equals the same run with the first
-pass run every step (``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP=0``). The replay is shown to depend on the skipped rows:
-with them zeroed, drafts after the gap disagree with it.
+of every position (V1's trace, replayed as in test_eagle_engine); drafts and acceptance equal the same run with
+the first pass run every step (``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP=0``, V1); MRV2 skips and catches up where V1
+does, with the same drafts. The replay is shown to depend on the skipped rows: with them zeroed,
+drafts after the gap disagree with it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from tests.conftest import EAGLE_LENGTHS, PROMPTS
 from tests.e2e.eagle_reference import replay
 from tests.e2e.test_eagle_engine import _records, _reference
-from vllm_spec_plugins.runtime.trace import load_trace
+from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 from vllm_spec_plugins.testing.fixtures import make_tiny_eagle
 
@@ -40,22 +41,37 @@ def draft(tiny, tmp_path_factory):
     return make_tiny_eagle(tmp_path_factory.mktemp("ckpt") / "tiny-eagle-context", tiny["target"], noise=0.12)
 
 
-def _run(tiny, draft, tmp_path_factory, name: str, env: dict[str, str]):
-    trace = tmp_path_factory.mktemp(name)
+def _run(tiny, draft, tmp_path_factory, runner: str, env: dict[str, str]):
+    trace = tmp_path_factory.mktemp(f"trace-{runner}")
     spec = {"model": str(draft), "num_speculative_tokens": K, "num_speculative_tokens_per_batch_size": SCHEDULE}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   llm_kwargs=ENGINE, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env})
+                   llm_kwargs=ENGINE, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner=runner)
     return r, _records(trace)
 
 
 @pytest.fixture(scope="module")
-def skipping(tiny, draft, tmp_path_factory):
-    return _run(tiny, draft, tmp_path_factory, "skip", {})  # the default: 16 rows kept per request
+def skipping_v1(tiny, draft, tmp_path_factory):
+    return _run(tiny, draft, tmp_path_factory, "v1", {})  # the default: 16 rows kept per request
 
 
 @pytest.fixture(scope="module")
-def every_step(tiny, draft, tmp_path_factory):
-    return _run(tiny, draft, tmp_path_factory, "no-skip", {"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"})
+def every_step_v1(tiny, draft, tmp_path_factory):
+    return _run(tiny, draft, tmp_path_factory, "v1", {"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"})
+
+
+@pytest.fixture(scope="module")
+def skipping_v2(tiny, draft, tmp_path_factory):
+    return _run(tiny, draft, tmp_path_factory, "v2", {})
+
+
+@pytest.fixture(params=["v1", "v2"])
+def runner(request):
+    return request.param
+
+
+@pytest.fixture
+def skipping(runner, request):
+    return request.getfixturevalue(f"skipping_{runner}")
 
 
 def test_output_equals_no_speculation(skipping, baseline_eagle_lengths):
@@ -73,7 +89,8 @@ def test_first_passes_skipped_while_nothing_is_drafted_and_caught_up(skipping):
     # every 16 kept rows a request is caught up, then drafting resumes for the last three after their gap
     assert sum(caught) == sum(len(rec["req_ids"]) for rec in skipped) - _dropped(records), caught
     assert ENGINE["max_num_batched_tokens"] < max(caught) <= 16 * 6  # split into passes of at most 32 rows
-    assert records[0]["first_pass"] == "ran" and records[0]["query_start_loc"][-1] == 32  # chunked prefill
+    assert records[0]["first_pass"] == "ran"  # the chunked prefill (V1's trace shows the chunk: 32 tokens)
+    assert "query_start_loc" not in records[0] or int(records[0]["query_start_loc"][-1]) == 32
     resumed = next(i for i, rec in enumerate(records) if rec["drafts"].shape[1] == K and i > 0)
     assert records[resumed]["caught_up"] > 0  # the first drafting step after the gap replays first
 
@@ -92,8 +109,10 @@ def _dropped(records) -> int:
     return sum(n for rid, n in kept.items() if rid not in live)
 
 
-def test_drafts_after_the_gap_equal_a_reference_with_the_whole_draft_kv(skipping, draft, tiny):
-    _, records = skipping
+def test_drafts_after_the_gap_equal_a_reference_with_the_whole_draft_kv(skipping_v1, draft, tiny):
+    """V1's trace has what the first pass was fed (MRV2's does not): every draft is replayed. MRV2 is held to
+    V1's drafts below."""
+    _, records = skipping_v1
     ref = _reference(draft, tiny["target"])
     stats = replay(records, ref)
     assert stats["compared"] >= 60
@@ -107,9 +126,9 @@ def test_drafts_after_the_gap_equal_a_reference_with_the_whole_draft_kv(skipping
     assert broken["equal"] < broken["compared"] // 2, broken
 
 
-def test_acceptance_equals_running_the_first_pass_every_step(skipping, every_step):
-    r, records = skipping
-    r0, records0 = every_step
+def test_drafts_and_acceptance_equal_running_the_first_pass_every_step(skipping_v1, every_step_v1):
+    r, records = skipping_v1
+    r0, records0 = every_step_v1
     assert r0.outputs == r.outputs
     assert not any(rec["first_pass"] == "skipped" for rec in records0)
     assert r.metrics["drafts"] == r0.metrics["drafts"] and r.accepted_per_pos == r0.accepted_per_pos
@@ -134,3 +153,17 @@ def test_tensor_parallel_2(tiny, draft, baseline_eagle_lengths, tmp_path):
         assert sum(rec["caught_up"] for rec in records) > 0, rank
     stats = replay(load_trace(trace, rank=0), _reference(draft, tiny["target"]))
     assert stats["compared"] >= 60 and stats["equal"] == stats["compared"], stats
+
+
+def test_mrv2_skips_and_catches_up_where_v1_does_with_the_same_drafts(skipping_v1, skipping_v2):
+    """V1's drafts equal the first pass run every step (above); MRV2's equal V1's, step by step (MRV2 may order a
+    step's requests differently: compared request by request)."""
+    (r1, records1), (r2, records2) = skipping_v1, skipping_v2
+    assert r2.outputs == r1.outputs
+    assert r2.metrics["drafts"] == r1.metrics["drafts"] and r2.accepted_per_pos == r1.accepted_per_pos
+    assert [(rec["first_pass"], rec["caught_up"]) for rec in records2] == \
+        [(rec["first_pass"], rec["caught_up"]) for rec in records1]
+    def drafts(rec) -> dict[str, list[int]]:
+        return dict(zip(map(base_request_id, rec["req_ids"]), rec["drafts"].tolist(), strict=True))
+
+    assert [drafts(rec) for rec in records2] == [drafts(rec) for rec in records1]

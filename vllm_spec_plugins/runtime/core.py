@@ -701,6 +701,8 @@ class AttentionRuntime(DrafterRuntime):
             "M-RoPE positions": bool(getattr(self.vllm_config.model_config, "uses_mrope", False)),
             "context parallelism": max(int(getattr(parallel, "decode_context_parallel_size", 1) or 1),
                                        int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)) > 1,
+            # (the ranks of a data-parallel group run their drafter in lockstep: one may not skip alone)
+            "data parallelism": int(getattr(parallel, "data_parallel_size", 1) or 1) > 1,
             **runner_reasons,
         }
         why_not = ", ".join(why for why, applies in reasons.items() if applies)

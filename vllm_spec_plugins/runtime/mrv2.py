@@ -34,6 +34,7 @@ and at replay. Verified on CPU only (Triton interpreter): see docs/model-runner-
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 from vllm.compilation.backends import set_model_tag
 from vllm.model_executor.model_loader import get_model
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata, build_slot_mappings_by_layer
 from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -109,7 +111,12 @@ class Mrv2Runtime(DrafterRuntime):
     # -- request lifecycle (from the runner patches, outside propose) ----------------
 
     def on_requests_finished(self, finished: Any, preempted: Any) -> None:
-        """Before MRV2 frees the slots: free the state of finished requests, park that of preempted ones."""
+        """Before MRV2 frees the slots: free the state of finished requests, park that of preempted ones (and drop
+        the kept first-pass rows of both: a preempted request's blocks are freed, its prefill runs the first pass)."""
+        drop = getattr(self, "_drop_kept", None)
+        if drop is not None:
+            for req_id in (*(finished or ()), *(preempted or ())):
+                drop(req_id)
         if self.pool is None:
             return
         for req_id in finished or ():
@@ -267,6 +274,14 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         self._trial(lambda: self._trial_attention(self.input_buffers.input_ids[:1], self.input_buffers.positions[:1],
                                                   self.hidden_states[:1]))
 
+    def set_attn(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM's, once the KV cache exists; then the kept rows of skipped first passes (one KV-cache group)."""
+        super().set_attn(*args, **kwargs)
+        self._setup_catchup({
+            "multimodal embeddings": bool(self.supports_mm_inputs),
+            "several KV-cache groups": len(self.kv_cache_config.kv_cache_groups) > 1,
+        }, token_dtype=self.input_buffers.input_ids.dtype)
+
     # The adapter's row layout follows vLLM's loop phases (identical at capture and replay).
     def on_prefill_begin(self, num_reqs: int) -> None:
         self.pass_index = 0
@@ -319,5 +334,50 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
                 return self._idle(self.draft_tokens[:B], B)
             self._set_token_request(args[0].query_start_loc, B, T)
         self.pass_index = 0
+        self._step["first_pass"] = "ran"
+        if self.kept is not None:
+            input_batch, _, slot_mappings, last_hidden_states, aux_hidden_states = args[:5]
+            k = kwargs["num_speculative_tokens"]
+            hidden = torch.cat(aux_hidden_states, dim=-1) if aux_hidden_states else last_hidden_states
+            # one row per request: row i's input token is next_ids[i] (_gather), its KV slot the draft layers'
+            if self._keep_first_pass(self.num_speculative_steps if k is None else int(k), B, T,
+                                     int(input_batch.num_scheduled_tokens[:B].max()), self.next_ids,
+                                     input_batch.positions, slot_mappings[self._draft_layer], hidden):
+                out = self.draft_tokens[:B]
+                out.fill_(-1)  # what vLLM's speculator returns at k = 0
+                return out
+            for batch_rows, ends, idx in self._kept_passes():
+                self._catch_up_pass(input_batch, batch_rows, ends, idx)
         drafts: torch.Tensor = super().propose(*args, **kwargs)
         return drafts
+
+    @property
+    def _draft_layer(self) -> str:
+        return str(min(self.draft_attn_layer_names))
+
+    def _catch_up_pass(self, input_batch: Any, batch_rows: list[int], ends: list[int], idx: torch.Tensor) -> None:
+        """Replay kept rows (``idx``; request ``i`` of ``batch_rows`` from ``ends[i]`` to ``ends[i + 1]``) as MRV2's
+        draft prefill does, each request's rows as a chunk of a prefill at their positions and KV slots, without
+        sampling; the step's own draft prefill follows and overwrites the input buffers."""
+        assert self.kept is not None
+        kept, n = self.kept, ends[-1]
+        qsl_cpu = torch.tensor(ends, dtype=torch.int32)
+        qsl = qsl_cpu.to(self.device, non_blocking=True)
+        rows = torch.tensor(batch_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        positions = self.input_buffers.positions[:n]
+        positions.copy_(kept.positions[idx])
+        self.input_buffers.input_ids[:n].copy_(kept.token_ids[idx])
+        hidden = kept.hidden[idx]
+        self.hidden_states[:n].copy_(self.model.combine_hidden_states(hidden) if self.combines_target_layers
+                                     else hidden)
+        upper = input_batch.seq_lens_cpu_upper_bound[batch_rows]
+        slots = kept.slots[idx].unsqueeze(0)  # [one KV-cache group, n]
+        attn_metadata = build_attn_metadata(
+            attn_groups=self.attn_groups, num_reqs=len(batch_rows), num_tokens=n, query_start_loc_gpu=qsl,
+            query_start_loc_cpu=qsl_cpu, max_query_len=max(b - a for a, b in itertools.pairwise(ends)),
+            seq_lens=(positions[qsl[1:].to(torch.int64) - 1] + 1).to(torch.int32), max_seq_len=int(upper.max()),
+            block_tables=[table[rows] for table in self.block_tables.input_block_tables], slot_mappings=slots,
+            kv_cache_config=self.kv_cache_config, seq_lens_cpu_upper_bound=upper, positions=positions)
+        self.on_prefill_begin(len(batch_rows))
+        self._run_model(n, attn_metadata, build_slot_mappings_by_layer(slots, self.kv_cache_config),
+                        num_tokens_across_dp=None)
