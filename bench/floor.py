@@ -91,7 +91,7 @@ def _measure(cfg: dict) -> dict:
     core.step_fn = step
     drive(llm, cfg, samples.clear)
     return {"steps": len(samples), **{p: statistics.median(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS},
-            **{f"{p}_mean": statistics.fmean(s.get(p, 0.0) for s in samples) * 1e3 for p in ("step", "target_fwd")}}
+            **{f"{p}_mean": statistics.fmean(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
 
 
 def _child(row: str, cfg: dict, env: dict) -> dict:
@@ -111,14 +111,14 @@ def render(med: dict[str, dict], command: str, concurrency: int, repeats: int) -
     lines = [f"# k = 0 floor: pure decode steps, ms per step (median of {repeats} alternating runs), "
              f"concurrency {concurrency}", "", f"command: {command}", "",
              "| row | step | target fwd | beside target | added vs no spec | added, mean per step | sample+draft | "
-             "propose | draft fwd | steps |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "propose | propose, mean | draft fwd | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, m in med.items():
         beside = m["step"] - m["target_fwd"]
         mean = m["step_mean"] - m["target_fwd_mean"]
         lines.append(f"| {r} | {m['step']:.2f} | {m['target_fwd']:.2f} | {beside:.2f} | {beside - beside0:+.2f} "
                      f"({(beside - beside0) / base['target_fwd']:+.1%} of a target fwd) | {mean - mean0:+.2f} "
                      f"({(mean - mean0) / base['target_fwd_mean']:+.1%}) | {m['sample_draft']:.2f} | "
-                     f"{m['propose']:.2f} | {m['draft_fwd']:.2f} | {m['steps']} |")
+                     f"{m['propose']:.2f} | {m['propose_mean']:.2f} | {m['draft_fwd']:.2f} | {m['steps']} |")
     return "\n".join(lines)
 
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[row].append(_child(row, cfg, env))
             except RuntimeError as e:
                 print(f"    failed: {str(e)[-600:]}", flush=True)
-    parts = (*PARTS, "step_mean", "target_fwd_mean")
+    parts = (*PARTS, *(f"{p}_mean" for p in PARTS))
     med = {r: {p: statistics.median(x[p] for x in v) for p in parts} | {"steps": min(x["steps"] for x in v)}
            for r, v in results.items() if v}
     text = render(med, f"python -m bench.floor{' --quick' if args.quick else ''} --concurrency {args.concurrency} "
