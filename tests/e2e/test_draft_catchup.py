@@ -167,3 +167,11 @@ def test_mrv2_skips_and_catches_up_where_v1_does_with_the_same_drafts(skipping_v
         return dict(zip(map(base_request_id, rec["req_ids"]), rec["drafts"].tolist(), strict=True))
 
     assert [drafts(rec) for rec in records2] == [drafts(rec) for rec in records1]
+
+
+def test_a_bad_row_count_stops_the_engine_naming_the_variable(tiny, draft):
+    spec = {"model": str(draft), "num_speculative_tokens": K}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS[:1], max_tokens=4,
+                   env={"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "lots"}, check=False)
+    assert r.returncode != 0
+    assert "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP='lots' is not a whole number from 0 to 4096" in r.log
