@@ -6,13 +6,14 @@ drafts attend to. On SmolLM2-135M (2 CPU cores) it made a ``k = 0`` step cost 5-
 more than a step without speculation (``python -m bench.floor``, docs/benchmarks.md).
 
 Instead, in a step where the whole batch drafts nothing and every request has one token (a plain decode
-step), the V1 front end (:mod:`.proposer`) keeps what the first pass would have consumed for each request (the
-input token, its position, its KV slot and the target's hidden state, before ``combine_hidden_states``) and
-returns no drafts at once. Before any step that runs the first pass (drafting resumes, a prefill joins the
-batch, or a request has kept :data:`DEFAULT_ROWS` rows), it replays the kept rows of that step's requests in one
-pass, request by request as a chunk of a prefill, which writes the same draft KV the skipped passes would have.
-Nothing is synchronised with the host: the kept rows are copied on the device, and their bookkeeping
-(which request holds which rows, how many) is host-side, derived from the step's scheduled requests.
+step), both front ends (:mod:`.proposer` on V1, :mod:`.mrv2` on Model Runner V2, through
+:class:`~.core.AttentionRuntime`) keep what the first pass would have consumed for each request (the input
+token, its position, its KV slot and the target's hidden state, before ``combine_hidden_states``) and return no
+drafts at once. Before any step that runs the first pass (drafting resumes, a prefill joins the batch, or a
+request has kept its limit of rows), they replay the kept rows of that step's requests, request by request as a
+chunk of a prefill, which writes the same draft KV the skipped passes would have. Nothing is synchronised with
+the host: the kept rows are copied on the device, and their bookkeeping (which request holds which rows, how
+many) is host-side, derived from the step's scheduled requests.
 
 ``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP`` sets the rows kept per request (default 16; memory: ``max_num_seqs * rows``
 rows of the target's hidden states fed to the drafter); ``0`` turns skipping off (the first pass runs every
