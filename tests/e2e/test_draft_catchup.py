@@ -175,3 +175,24 @@ def test_a_bad_row_count_stops_the_engine_naming_the_variable(tiny, draft):
                    env={"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "lots"}, check=False)
     assert r.returncode != 0
     assert "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP='lots' is not a whole number from 0 to 4096" in r.log
+
+
+def test_eagle3_catches_up_the_combined_target_layers(tiny, tmp_path_factory):
+    """EAGLE-3 keeps the target layers' rows uncombined (``[n, 3 * hidden]``) and combines them when it catches
+    up: its drafts and acceptance equal the first pass run every step, on V1 and on MRV2. What this can tell: the
+    rows' width and the replayed tokens (a wrong width fails the catch-up, the guard turns drafting off, drafts
+    differ). Not the combined values themselves: this fixture's attention reads only the token half of its input
+    (``make_tiny_eagle3``), so its draft KV does not depend on them (replaying the first ``hidden`` columns
+    uncombined gave the same drafts); EAGLE-1's test above covers hidden states reaching the draft KV."""
+    runs = {name: _run(tiny, tiny["eagle3"], tmp_path_factory, runner, env) for name, runner, env in (
+        ("v1", "v1", {}), ("v1, every step", "v1", {"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"}), ("v2", "v2", {}))}
+    (r, records), (r0, records0) = runs["v1"], runs["v1, every step"]
+    assert r.outputs == r0.outputs and r.metrics["accepted"] > 0
+    assert sum(rec["first_pass"] == "skipped" for rec in records) >= 80 and sum(rec["caught_up"] for rec in records)
+    assert r.metrics["drafts"] == r0.metrics["drafts"] and r.accepted_per_pos == r0.accepted_per_pos
+    def drafted(recs) -> list[list[list[int]]]:
+        return [rec["drafts"].tolist() for rec in recs if rec["drafts"].shape[1]]
+
+    assert drafted(records) == drafted(records0)
+    r2, _ = runs["v2"]
+    assert r2.outputs == r.outputs and r2.accepted_per_pos == r.accepted_per_pos
