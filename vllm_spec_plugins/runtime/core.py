@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -741,9 +742,7 @@ class AttentionRuntime(DrafterRuntime):
         if taken is None:
             return
         self._step["caught_up"] = sum(taken.counts)
-        starts = [0]  # each request's first row in taken.index
-        for count in taken.counts:
-            starts.append(starts[-1] + count)
+        starts = [0, *itertools.accumulate(taken.counts)]  # each request's first row in taken.index
         lo = 0
         while lo < len(taken.counts):
             hi = lo + 1
@@ -752,6 +751,17 @@ class AttentionRuntime(DrafterRuntime):
             yield (taken.batch_rows[lo:hi], [c - starts[lo] for c in starts[lo:hi + 1]],
                    taken.index[starts[lo]:starts[hi]])
             lo = hi
+
+    def _catch_up_layout(self, batch_rows: list[int], ends: list[int], positions: torch.Tensor, dtype: torch.dtype
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """What both runners' catch-up passes describe to attention, from a pass of :meth:`_kept_passes` and its
+        rows' positions: ``query_start_loc`` on the host and the device, the requests' batch rows on the device,
+        each request's sequence length (its last kept position + 1) and the longest query (``dtype``: vLLM's)."""
+        qsl_cpu = torch.tensor(ends, dtype=dtype)
+        qsl = qsl_cpu.to(self.device, non_blocking=True)
+        rows = torch.tensor(batch_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        seq_lens = (positions[qsl[1:].to(torch.int64) - 1] + 1).to(dtype)
+        return qsl_cpu, qsl, rows, seq_lens, max(b - a for a, b in itertools.pairwise(ends))
 
     def _drop_kept(self, req_id: str) -> None:
         """A request finished, or was preempted (its blocks are freed; the prefill it resumes with runs the first

@@ -34,7 +34,6 @@ and at replay. Verified on CPU only (Triton interpreter): see docs/model-runner-
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -361,11 +360,9 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         sampling; the step's own draft prefill follows and overwrites the input buffers."""
         assert self.kept is not None
         kept, n = self.kept, ends[-1]
-        qsl_cpu = torch.tensor(ends, dtype=torch.int32)
-        qsl = qsl_cpu.to(self.device, non_blocking=True)
-        rows = torch.tensor(batch_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         positions = self.input_buffers.positions[:n]
         positions.copy_(kept.positions[idx])
+        qsl_cpu, qsl, rows, seq_lens, max_query_len = self._catch_up_layout(batch_rows, ends, positions, torch.int32)
         self.input_buffers.input_ids[:n].copy_(kept.token_ids[idx])
         hidden = kept.hidden[idx]
         self.hidden_states[:n].copy_(self.model.combine_hidden_states(hidden) if self.combines_target_layers
@@ -374,8 +371,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         slots = kept.slots[idx].unsqueeze(0)  # [one KV-cache group, n]
         attn_metadata = build_attn_metadata(
             attn_groups=self.attn_groups, num_reqs=len(batch_rows), num_tokens=n, query_start_loc_gpu=qsl,
-            query_start_loc_cpu=qsl_cpu, max_query_len=max(b - a for a, b in itertools.pairwise(ends)),
-            seq_lens=(positions[qsl[1:].to(torch.int64) - 1] + 1).to(torch.int32), max_seq_len=int(upper.max()),
+            query_start_loc_cpu=qsl_cpu, max_query_len=max_query_len, seq_lens=seq_lens, max_seq_len=int(upper.max()),
             block_tables=[table[rows] for table in self.block_tables.input_block_tables], slot_mappings=slots,
             kv_cache_config=self.kv_cache_config, seq_lens_cpu_upper_bound=upper, positions=positions)
         self.on_prefill_begin(len(batch_rows))

@@ -9,7 +9,6 @@ runner-independent core. Model Runner V2 has its own front end, :mod:`.mrv2`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -312,17 +311,15 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         """One catch-up pass: the kept rows ``idx`` of the requests at ``batch_rows`` of this step's batch,
         request ``i``'s rows from ``ends[i]`` to ``ends[i + 1]``."""
         assert self.kept is not None
-        kept, device = self.kept, self.input_ids.device
-        qsl_cpu = torch.tensor(ends, dtype=cad.query_start_loc_cpu.dtype)
-        qsl = qsl_cpu.to(device, non_blocking=True)
-        rows = torch.tensor(batch_rows, dtype=torch.int64).to(device, non_blocking=True)
+        kept = self.kept
         token_ids, positions = kept.token_ids[idx], kept.positions[idx]
+        qsl_cpu, qsl, rows, seq_lens, max_query_len = self._catch_up_layout(batch_rows, ends, positions,
+                                                                            cad.query_start_loc_cpu.dtype)
         last = qsl[1:].to(torch.int64) - 1
         replaced: dict[str, Any] = {
-            "query_start_loc": qsl, "query_start_loc_cpu": qsl_cpu,
-            "seq_lens": (positions[last] + 1).to(cad.seq_lens.dtype), "num_reqs": len(batch_rows),
-            "num_actual_tokens": ends[-1],
-            "max_query_len": max(b - a for a, b in itertools.pairwise(ends)), "max_seq_len": cad.max_seq_len,
+            "query_start_loc": qsl, "query_start_loc_cpu": qsl_cpu, "seq_lens": seq_lens.to(cad.seq_lens.dtype),
+            "num_reqs": len(batch_rows), "num_actual_tokens": ends[-1],
+            "max_query_len": max_query_len, "max_seq_len": cad.max_seq_len,
             "block_table_tensor": cad.block_table_tensor[rows], "slot_mapping": kept.slots[idx],
             "positions": positions}
         for name in ("seq_lens_cpu_upper_bound", "req_idx"):  # per request: this pass's requests
