@@ -41,6 +41,7 @@ from .inputs import (
     needs_aux,
     token_rows,
 )
+from .lookup import ENV_LOOKUP, LookupConfig, PromptLookup, lookup_config
 from .state import TOKEN_SOURCES, StatePool, StateRow, fill_token_source, resolve_inits, sees_tokens
 
 logger = logging.getLogger("vllm.spec_plugins")
@@ -253,6 +254,11 @@ class DrafterRuntime:
                                 vocab_size=self.target_vocab_size, device=device,
                                 async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
         self._check_target_layers()
+        #: prompt-lookup drafts beside the plugin's (.lookup), when VLLM_SPEC_PLUGINS_PROMPT_LOOKUP asks for them
+        self.lookup: PromptLookup | None = None
+        lookup_cfg = lookup_config()
+        if lookup_cfg is not None:
+            self._setup_lookup(lookup_cfg, vllm_config, device)
         self._trace_dir = os.environ.get(ENV_TRACE_DIR) or None
         self._trace_n = 0
         if self._trace_dir:
@@ -266,6 +272,48 @@ class DrafterRuntime:
                 raise ValueError(f"vllm_spec_plugins: {ENV_TRACE_DIR}={self._trace_dir!r} cannot hold the drafting "
                                  f"trace: {type(e).__name__}: {e}. Give a folder this process can create and write "
                                  f"to, or unset {ENV_TRACE_DIR}.") from e
+
+    # -- prompt lookup beside the plugin's drafts (.lookup) ----------------------
+
+    def _setup_lookup(self, cfg: LookupConfig, vllm_config: Any, device: torch.device) -> None:
+        d = self.drafter
+        why = None
+        if getattr(vllm_config.model_config, "uses_mrope", False):
+            why = "the target uses M-RoPE, whose positions are not sequence indices (not supported yet)"
+        elif getattr(vllm_config.speculative_config, "draft_sample_method", "greedy") == "probabilistic":
+            why = ("draft_sample_method is 'probabilistic': vLLM verifies those drafts against the draft's "
+                   "probabilities, which lookup drafts do not have")
+        if why is not None:
+            raise ValueError(f"vllm_spec_plugins: {ENV_LOOKUP}={cfg} cannot run beside {d.culprit()}: {why}. "
+                             f"Unset {ENV_LOOKUP} (or set it to off) for this engine.")
+        self.lookup = PromptLookup(cfg, self.max_reqs, int(vllm_config.model_config.max_model_len),
+                                   self.max_num_tokens, device)
+        logger.info("vllm_spec_plugins: %s=%s: prompt-lookup drafts (n-grams of %d to %d tokens) beside those of "
+                    "%s, chosen per request", ENV_LOOKUP, cfg, cfg.min_n, cfg.max_n, d.culprit())
+
+    def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
+        """The tokens a request starts with (its prompt; after a preemption, with its output), read once when
+        prompt lookup first sees it: what the prefix cache served is never scheduled."""
+        raise NotImplementedError
+
+    def _lookup_observe(self, B: int, T: int, token_ids: torch.Tensor, positions: torch.Tensor,
+                        next_ids: torch.Tensor, next_pos: torch.Tensor) -> None:
+        """Every step, whatever k: the step's tokens into each request's lookup row, and the verdict on the
+        drafts this step verified (``self._step``: ``req_ids``, ``query_start_loc``, ``valid_count``)."""
+        lk = self.lookup
+        assert lk is not None
+        rows = lk.rows(self._step["req_ids"][:B], self._lookup_prompt)
+        lk.observe(rows, B, T, token_ids, positions, self._step["query_start_loc"], next_ids, next_pos,
+                   self._step["valid_count"])
+        self._step["lookup"] = (rows, next_pos[:B])
+        lk.chosen = lk.rates = None
+
+    def _lookup_compose(self, drafts: torch.Tensor) -> torch.Tensor:
+        """The step's drafts with each request's lookup drafts in place of the plugin's where they win."""
+        seen = self._step.get("lookup")
+        if self.lookup is None or seen is None:
+            return drafts
+        return self.lookup.compose(seen[0], drafts, seen[1])
 
     # -- inputs ----------------------------------------------------------------
 

@@ -116,6 +116,9 @@ class Mrv2Runtime(DrafterRuntime):
         if drop is not None:
             for req_id in (*(finished or ()), *(preempted or ())):
                 drop(req_id)
+        if self.lookup is not None:
+            for req_id in finished or ():
+                self.lookup.release(req_id)
         if self.pool is None:
             return
         for req_id in finished or ():
@@ -139,6 +142,22 @@ class Mrv2Runtime(DrafterRuntime):
                 continue
             slot = self.pool.slots_for([req_id])[0]
             self.slot_map[index] = slot
+
+    def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
+        """MRV2's own table of the request's tokens (prompt, and output before a preemption): its row, up to the
+        tokens it was added with (the rest of the row is never read before this runtime writes it)."""
+        states: Any = getattr(getattr(self, "_mrv2_runner", None), "req_states", None)
+        index = None if states is None else states.req_id_to_index.get(req_id)
+        if index is None:
+            return None
+        row: torch.Tensor = states.all_token_ids.gpu[index, :int(states.prefill_len.np[index])]
+        return row
+
+    def _lookup_step(self, B: int, T: int, input_batch: Any, last: torch.Tensor) -> None:
+        if self.lookup is not None:
+            positions = input_batch.positions[:T]  # sequence positions (MRV2 keeps M-RoPE's apart)
+            self._lookup_observe(B, T, input_batch.input_ids, positions, self.next_ids[:B],
+                                 positions.index_select(0, last) + 1)
 
     def keep_sampled(self, sampled_tokens: torch.Tensor) -> None:
         self._sampled = sampled_tokens
@@ -248,12 +267,13 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
         self._prepare_step(B, T, self.next_ids[:B], input_batch.positions[:T], last)  # carries the state
         if guard.disabled:  # the state-carry hook failed
             return self._idle(out, B)
+        self._lookup_step(B, T, input_batch, last)
         out.fill_(-1)
         if k > 0:
             ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T, k)
             if not ok:
                 return self._idle(out, B)
-            out[:, :k].copy_(guard.sanitize(drafts))
+            out[:, :k].copy_(self._lookup_compose(guard.sanitize(drafts)))
         if self._trace_dir:
             self._trace(B, T, out[:, :k])
         return out
@@ -320,13 +340,14 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         if not ok or guard.disabled:
             return self._idle(out, B)
         if k > 0:
-            drafts[:, :k] = guard.sanitize(drafts[:, :k])
+            drafts[:, :k] = self._lookup_compose(guard.sanitize(drafts[:, :k]))
         if self._trace_dir:
             self._trace(B, T, drafts[:, :k].clone())
         return drafts
 
     def _propose_guarded(self, B: int, T: int, last: torch.Tensor, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> torch.Tensor:
+        self._lookup_step(B, T, args[0], last)
         if self.buffers:
             self._prepare_step(B, T, self.next_ids[:B], args[0].positions[:T], last)
             if self.guard.disabled:  # the state-carry hook failed

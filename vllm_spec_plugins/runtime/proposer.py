@@ -27,6 +27,7 @@ from .core import (  # noqa: F401
     AttentionRuntime,
     DrafterRuntime,
     HeadsRuntime,
+    _next_positions,
     drafter_for,
     multimodal_target,
 )
@@ -77,6 +78,18 @@ class PluginProposerMixin(DrafterRuntime):
     def on_request_removed(self, req_id: str) -> None:
         if self.pool is not None:
             self.pool.release(req_id)
+        if self.lookup is not None:
+            self.lookup.release(req_id)
+
+    def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
+        state = getattr(self.runner, "requests", {}).get(req_id)
+        ids = getattr(state, "prompt_token_ids", None)
+        return None if not ids else torch.tensor(ids, dtype=torch.int32)
+
+    def _lookup_step(self, B: int, T: int, token_ids: torch.Tensor, positions: torch.Tensor,
+                     next_token_ids: torch.Tensor, idx: torch.Tensor) -> None:
+        if self.lookup is not None:
+            self._lookup_observe(B, T, token_ids, positions, next_token_ids, _next_positions(positions, idx))
 
     def on_request_resumed(self, req_id: str) -> None:
         if self.pool is not None and self._reset_on_preempt:
@@ -157,6 +170,7 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
         self._prepare_step(B, T, next_token_ids, target_positions, idx)  # carries the state, whatever k is
         if guard.disabled:  # the state-carry hook failed
             return guard.idle(B, num_speculative_tokens, next_token_ids)
+        self._lookup_step(B, T, target_token_ids, target_positions, next_token_ids, idx)
         if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
             drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
         else:
@@ -164,7 +178,7 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
                                    num_speculative_tokens)
             if not ok:
                 return guard.idle(B, num_speculative_tokens, next_token_ids)
-            drafts = guard.sanitize(drafts)
+            drafts = self._lookup_compose(guard.sanitize(drafts))
         if self._trace_dir:
             self._trace(B, T, drafts)
         return drafts
@@ -247,10 +261,12 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                          common_attn_metadata: Any, sampling_metadata: Any, mm_embed_inputs: MmEmbedInputs | None,
                          num_rejected_tokens_gpu: torch.Tensor | None, slot_mappings: SlotMappings | None
                          ) -> torch.Tensor:
-        if self.buffers:
+        if self.buffers or self.lookup is not None:
             idx = self._sample_index(B, token_indices_to_sample, common_attn_metadata)
             self._step.update(target_token_ids=target_token_ids, num_rejected=num_rejected_tokens_gpu,
                               query_start_loc=common_attn_metadata.query_start_loc)
+            self._lookup_step(B, T, target_token_ids, target_positions, next_token_ids, idx)
+        if self.buffers:
             self._prepare_step(B, T, next_token_ids, target_positions, idx)
             if self.guard.disabled:  # the state-carry hook failed
                 return self.guard.idle(B, num_speculative_tokens, next_token_ids)
@@ -285,6 +301,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                                      target_hidden_states, next_token_ids, token_indices_to_sample,
                                      common_attn_metadata, sampling_metadata, mm_embed_inputs,
                                      num_rejected_tokens_gpu, slot_mappings)
+        drafts = self._lookup_compose(drafts)
         if self._trace_dir:
             self._trace(B, T, drafts, trace_first)
         return drafts

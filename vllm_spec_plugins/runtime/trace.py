@@ -12,11 +12,14 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 4
+TRACE_SCHEMA = 5
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
 ``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
 ``num_drafts`` and ``forward_columns`` (heads drafters). 4: adds ``first_pass`` and ``caught_up`` (attention
-drafters)."""
+drafters). 5: adds ``lookup`` (prompt lookup on, in a step with drafts: per request, 2 where its drafts are the
+lookup's, 1 the plugin's), ``lookup_next_positions`` (the position of each request's next token) and
+``lookup_rates`` (``[B, 2]``: the running acceptance rates of the request's model and lookup drafts that the
+choice compared)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +56,12 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
         "forward_columns": (getattr(p, "_forward_columns", None) if d.kind == "heads" and drafts.shape[1] else None),
         "first_pass": step.get("first_pass") if d.kind == "attention" else None,
         "caught_up": int(step.get("caught_up", 0)) if d.kind == "attention" else None,
+        "lookup": (None if getattr(p, "lookup", None) is None or p.lookup.chosen is None
+                   else p.lookup.chosen[:B].detach().cpu().clone()),
+        "lookup_next_positions": (None if step.get("lookup") is None
+                                  else step["lookup"][1][:B].detach().cpu().clone()),
+        "lookup_rates": (None if getattr(p, "lookup", None) is None or p.lookup.rates is None
+                         else p.lookup.rates[:B].detach().cpu().clone()),
     }
     for name, value in record["inputs"].items():  # schema 1: forward inputs at the top level, by parameter
         record.setdefault(name, value)

@@ -1,0 +1,156 @@
+"""Prompt lookup beside a plugin drafter (runtime/lookup.py): the device search, the variable, the per-request
+choice, and the refusals at start-up."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from vllm_spec_plugins.runtime.lookup import (
+    ENV_LOOKUP,
+    LOOKUP,
+    MODEL,
+    LookupConfig,
+    PromptLookup,
+    lookup_config,
+    lookup_drafts,
+    reference_lookup,
+)
+
+
+def test_reference_examples():
+    assert reference_lookup([5, 6, 7, 8, 5, 6], 3, 2, 4) == [7, 8, 5]  # "5 6" seen at 0: what followed
+    assert reference_lookup([1, 2, 1, 2], 3, 2, 4) == [1, 2, 1]  # the match runs into the end: its period
+    assert reference_lookup([9, 9, 9], 4, 2, 4) == [9, 9, 9, 9]
+    assert reference_lookup([1, 2, 3, 4], 2, 2, 4) is None
+    # longest first: "3 4" occurs at 2 and, as "2 3 4", at 1; the 3-gram wins and continues at 4
+    assert reference_lookup([2, 3, 4, 7, 1, 3, 4, 8, 2, 3, 4], 1, 2, 3) == [7]
+    # latest occurrence of the same n-gram: "3 4" then 8, not 7
+    assert reference_lookup([3, 4, 7, 3, 4, 8, 3, 4], 1, 2, 2) == [8]
+
+
+def test_device_search_equals_the_reference():
+    rng = random.Random(0)
+    found_some = missed_some = 0
+    for _ in range(300):
+        B, L = rng.randint(1, 5), rng.randint(3, 40)
+        ctx = torch.randint(0, 50, (B, L), dtype=torch.int32)  # noise after each sequence: never read
+        seqs = []
+        for b in range(B):
+            vocab = rng.choice([2, 3, 5, 50])
+            seq = [rng.randrange(vocab) for _ in range(rng.randint(1, L))]
+            ctx[b, :len(seq)] = torch.tensor(seq, dtype=torch.int32)
+            seqs.append(seq)
+        k, lo = rng.randint(1, 5), rng.randint(1, 3)
+        hi = rng.randint(lo, 5)
+        drafts, found = lookup_drafts(ctx, torch.tensor([len(s) for s in seqs]), k, lo, hi)
+        for b, seq in enumerate(seqs):
+            ref = reference_lookup(seq, k, lo, hi)
+            assert bool(found[b]) == (ref is not None), (seq, k, lo, hi)
+            if ref is not None:
+                assert drafts[b].tolist() == ref, (seq, k, lo, hi)
+                found_some += 1
+            else:
+                missed_some += 1
+    assert found_some > 100 and missed_some > 100  # both cases were exercised
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), ("", None), ("0", None), ("off", None), (" OFF ", None),
+    ("on", LookupConfig(2, 4)), ("1:3", LookupConfig(1, 3)), ("4:4", LookupConfig(4, 4)), ("2:16", LookupConfig(2, 16)),
+])
+def test_variable(value, expected):
+    assert lookup_config({} if value is None else {ENV_LOOKUP: value}) == expected
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "3", "0:2", "3:2", "2:17", "a:b", "2:", ":4", "2-4"])
+def test_bad_variable_is_refused_naming_it(value):
+    with pytest.raises(ValueError, match=f"{ENV_LOOKUP}={value!r} is neither 'on', 'off' nor MIN:MAX"):
+        lookup_config({ENV_LOOKUP: value})
+
+
+def _step(lk: PromptLookup, rows: torch.Tensor, seqs: list[list[int]], produced: list[int],
+          new: list[list[int]]) -> torch.Tensor:
+    """One step: each request schedules ``new[b]`` (their positions follow ``seqs[b]``, which grows by them), and
+    its last token is the next one. Returns the next positions."""
+    toks, pos, qsl, nxt, npos = [], [], [0], [], []
+    for b, s in enumerate(seqs):
+        start = len(s)
+        s.extend(new[b])
+        toks += new[b][:-1]
+        pos += list(range(start, start + len(new[b]) - 1))
+        qsl.append(len(toks))
+        nxt.append(new[b][-1])
+        npos.append(len(s) - 1)
+    T = len(toks)
+    npos_t = torch.tensor(npos)
+    lk.observe(rows, len(seqs), T, torch.tensor(toks + [0], dtype=torch.int32), torch.tensor(pos + [0]),
+               torch.tensor(qsl, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32), npos_t,
+               torch.tensor(produced, dtype=torch.int32))
+    return npos_t
+
+
+def test_choice_per_request_follows_what_each_source_got_accepted():
+    lk = PromptLookup(LookupConfig(2, 3), requests=4, max_len=64, max_tokens=64, device=torch.device("cpu"))
+    prompts = {"a": [1, 2, 3, 4, 1, 2], "b": [9, 8, 7, 6]}
+    rows = lk.rows(["a", "b"], lambda r: torch.tensor(prompts[r][:2], dtype=torch.int32))
+    seqs = [prompts["a"][:2], prompts["b"][:2]]  # the first two tokens came from the prompt (prefix cache)
+    npos = _step(lk, rows, seqs, [1, 1], [prompts["a"][2:], prompts["b"][2:]])
+    model = torch.tensor([[50, 51], [60, 61]])
+    out = lk.compose(rows, model, npos)
+    # a: "1 2" seen at 0 (tokens the prefix cache served, from the prompt read on first sight) -> 3 4; b: no match
+    assert out.tolist() == [[3, 4], [60, 61]]
+    assert lk.chosen is not None and lk.chosen.tolist() == [LOOKUP, MODEL]
+    # a's lookup drafts are rejected (1 token produced: none accepted), b's model drafts both accepted
+    for _ in range(3):
+        npos = _step(lk, rows, seqs, [1, 3], [[3, 1, 2], [5, 5, 5]])
+        out = lk.compose(rows, model, npos)
+    rate = lk.pool.tensors["rate"][rows]
+    assert rate[0, 1] < 0.5 and rate[1, 0] > 0.5
+    # a's lookup rate fell below its model rate (0.5, never tried): a takes the model's drafts from now on.
+    # b's "5 5" repeats now, but its model drafts were accepted (rate above 0.5): its untried lookup loses
+    seq_b = seqs[1][:int(npos[1]) + 1]
+    assert reference_lookup(seq_b, 2, 2, 3) == [5, 5]
+    assert lk.chosen.tolist() == [MODEL, MODEL], rate
+    assert out.tolist() == model.tolist()
+    # a finished: its row is freed and a new request starts fresh (rates at their start, its own prompt)
+    lk.release("a")
+    rows2 = lk.rows(["c"], lambda r: torch.tensor([4, 4], dtype=torch.int32))
+    assert int(rows2[0]) == int(rows[0]) and lk.pool.tensors["rate"][rows2[0]].tolist() == [0.5, 0.5]
+    npos = _step(lk, rows2, [[4, 4]], [1], [[4]])
+    assert lk.compose(rows2, model[:1], npos).tolist() == [[4, 4]]
+
+
+def test_a_step_without_drafts_chooses_nothing():
+    lk = PromptLookup(LookupConfig(2, 4), requests=2, max_len=16, max_tokens=16, device=torch.device("cpu"))
+    rows = lk.rows(["a"], lambda r: None)
+    npos = _step(lk, rows, [[]], [1], [[1, 2, 1, 2]])
+    empty = torch.empty((1, 0), dtype=torch.int64)
+    assert lk.compose(rows, empty, npos) is empty and lk.chosen is None
+
+
+def _runtime(**model_config):
+    from vllm_spec_plugins.api import Drafter
+
+    d = Drafter(architectures=("X",), model_class="m:X", plugin="medusa", dist_label="vllm-spec-medusa 0.1.0")
+    return SimpleNamespace(drafter=d, max_reqs=2, max_num_tokens=8, lookup=None), SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=32, **model_config),
+        speculative_config=SimpleNamespace(draft_sample_method=model_config.pop("draft_sample_method", "greedy")))
+
+
+def test_start_up_refuses_what_lookup_cannot_serve():
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+
+    rt, cfg = _runtime()
+    DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
+    assert isinstance(rt.lookup, PromptLookup)
+    rt, cfg = _runtime(uses_mrope=True)
+    with pytest.raises(ValueError, match=f"{ENV_LOOKUP}=2:4 cannot run beside plugin 'medusa' .*M-RoPE"):
+        DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
+    rt, cfg = _runtime()
+    cfg.speculative_config.draft_sample_method = "probabilistic"
+    with pytest.raises(ValueError, match="'probabilistic'.*Unset " + ENV_LOOKUP):
+        DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]

@@ -1,0 +1,213 @@
+"""Prompt lookup beside a plugin drafter: n-gram drafts where the text repeats itself, per request.
+
+A model draft predicts the next tokens from the target's hidden states; prompt lookup (vLLM's ``ngram``
+method) copies them from earlier in the same request, where its last ``n`` tokens appeared before. The two are
+right on different text: lookup on code, quotes, lists and edits of the prompt, the model on free text. With
+``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` set, every step drafts both ways and each request takes one:
+
+* the **lookup** draft where the request's last ``n`` tokens (``n`` from the largest to the smallest of the
+  range, longest match first) occur earlier in its own tokens (the most recent occurrence), and its lookup drafts
+  have been accepted at least as often as its model drafts (a running average per request, from the accepted
+  counts vLLM reports; both start equal, so a match is taken first);
+* the **model** draft otherwise.
+
+The lookup continues the sequence after the match; where the match is so recent that its continuation runs
+into the tokens being drafted, it repeats with the match's period (``the the the``: ``the``). Every draft is
+verified by the target as any other: greedy output is unchanged, and for sampled requests both drafts are
+deterministic proposals, which vLLM's rejection sampler verifies without draft probabilities.
+
+Everything runs on the device with static shapes and no host sync: each request's tokens are kept in a device
+table ``[requests, max_model_len]`` (int32), written each step from the scheduled tokens at their positions and
+the next token at its position; a new request's row is filled from its prompt once, so tokens served from the
+prefix cache are there too. The search is one comparison per token of the table per ``n`` (``max_model_len``
+columns per request).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .state import StatePool
+
+ENV_LOOKUP = "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP"
+DEFAULT_RANGE = (2, 4)
+MAX_NGRAM = 16
+#: weight of the latest step in a request's running acceptance rate of each draft source
+RATE_WEIGHT = 0.3
+MODEL, LOOKUP = 1, 2
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    min_n: int
+    max_n: int
+
+    def __str__(self) -> str:
+        return f"{self.min_n}:{self.max_n}"
+
+
+def lookup_config(env: dict[str, str] | None = None) -> LookupConfig | None:
+    """``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP``: unset, empty, ``0`` or ``off``: no lookup; ``on``: n-grams of 2 to 4
+    tokens; ``MIN:MAX`` (``1 <= MIN <= MAX <= 16``): of MIN to MAX tokens.
+
+    Raises:
+        ValueError: any other value, naming the variable and what it takes.
+    """
+    raw = (os.environ if env is None else env).get(ENV_LOOKUP)
+    value = (raw or "").strip().lower()
+    if value in ("", "0", "off"):
+        return None
+    if value == "on":
+        return LookupConfig(*DEFAULT_RANGE)
+    lo, sep, hi = value.partition(":")
+    try:
+        cfg = LookupConfig(int(lo), int(hi)) if sep else None
+    except ValueError:
+        cfg = None
+    if cfg is None or not 1 <= cfg.min_n <= cfg.max_n <= MAX_NGRAM:
+        raise ValueError(f"vllm_spec_plugins: {ENV_LOOKUP}={raw!r} is neither 'on', 'off' nor MIN:MAX with "
+                         f"1 <= MIN <= MAX <= {MAX_NGRAM}: it turns on prompt-lookup (n-gram) drafts beside the "
+                         f"plugin's, from n-grams of MIN to MAX tokens ('on' = {DEFAULT_RANGE[0]}:{DEFAULT_RANGE[1]})")
+    return cfg
+
+
+def lookup_drafts(ctx: torch.Tensor, n: torch.Tensor, k: int, min_n: int, max_n: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt-lookup drafts for each row of ``ctx`` (``[B, L]`` token ids, of which the first ``n[b]`` are the
+    request's sequence; the rest is ignored).
+
+    For ``g`` from ``max_n`` down to ``min_n``: the last ``g`` tokens, matched at the latest start ``j`` with
+    ``j + g < n`` (at least one token after the match). The first (longest) ``g`` that matches wins. Draft ``c``
+    is ``ctx[j + g + c mod d]``, ``d = n - g - j``: the continuation, repeated with the match's period where it
+    reaches the end of the sequence. Returns ``(drafts [B, k] int64, found [B] bool)``; rows without a match
+    get zeros. Static shapes, no host sync.
+    """
+    B, L = ctx.shape
+    dev = ctx.device
+    n = n.to(torch.int64)
+    cols = torch.arange(L, device=dev)
+    start = torch.full((B,), -1, dtype=torch.int64, device=dev)  # j + g of the winning match, -1: none yet
+    period = torch.ones(B, dtype=torch.int64, device=dev)
+    for g in range(min(max_n, L - 1), min_n - 1, -1):
+        W = L - g
+        suffix = ctx.gather(1, (n.unsqueeze(1) - g + torch.arange(g, device=dev)).clamp_(0, L - 1))
+        hit = cols[:W].unsqueeze(0) < (n - g).unsqueeze(1)  # j + g < n (and n > g: a whole suffix)
+        for i in range(g):
+            hit &= ctx[:, i:i + W] == suffix[:, i:i + 1]
+        j = torch.where(hit, cols[:W].unsqueeze(0), -1).amax(1)
+        new = (j >= 0) & (start < 0)
+        start = torch.where(new, j + g, start)
+        period = torch.where(new, n - start, period)
+    found = start >= 0
+    offs = torch.arange(k, device=dev).unsqueeze(0) % period.clamp(min=1).unsqueeze(1)
+    drafts = ctx.gather(1, (start.clamp(min=0).unsqueeze(1) + offs).clamp_(max=L - 1)).to(torch.int64)
+    return torch.where(found.unsqueeze(1), drafts, torch.zeros_like(drafts)), found
+
+
+def reference_lookup(seq: list[int], k: int, min_n: int, max_n: int) -> list[int] | None:
+    """:func:`lookup_drafts` for one sequence in plain Python (the tests' and the docs' definition)."""
+    n = len(seq)
+    for g in range(max_n, min_n - 1, -1):
+        if n <= g:
+            continue
+        suffix = seq[n - g:]
+        for j in range(n - g - 1, -1, -1):
+            if seq[j:j + g] == suffix:
+                start, period = j + g, n - g - j
+                return [seq[start + c % period] for c in range(k)]
+    return None
+
+
+class PromptLookup:
+    """Per-request token tables, running acceptance rates, and the per-request choice of draft.
+
+    Rows are keyed by request id (a :class:`~.state.StatePool`, as carried state): allocated when a request is
+    first seen (its row filled from its prompt), kept across preemption, freed when it finishes."""
+
+    def __init__(self, cfg: LookupConfig, requests: int, max_len: int, max_tokens: int,
+                 device: torch.device) -> None:
+        self.cfg = cfg
+        self.max_len = max_len
+        self.pool = StatePool([
+            ("tokens", (max_len,), torch.int32, 0.0, "keep"),
+            # running acceptance rate (accepted / drafted) of [model, lookup] drafts
+            ("rate", (2,), torch.float32, 0.5, "keep"),
+            # which source drafted the drafts now being verified (0: none), and how many
+            ("source", (), torch.int64, 0.0, "keep"),
+            ("drafted", (), torch.int64, 0.0, "keep"),
+        ], 2 * requests, device)
+        from vllm.utils.torch_utils import is_pin_memory_available
+
+        self.token_index = torch.arange(max(max_tokens, 1), device=device)
+        self.rows_cpu = torch.zeros(requests, dtype=torch.int64, pin_memory=is_pin_memory_available())
+        self.rows_dev = torch.zeros(requests, dtype=torch.int64, device=device)
+        #: the last step's choice per batch row (the trace's): 1 model, 2 lookup; None: no drafts
+        self.chosen: torch.Tensor | None = None
+        #: the rates that choice compared, ``[B, 2]`` (model, lookup)
+        self.rates: torch.Tensor | None = None
+
+    def rows(self, req_ids: list[str], prompt: Callable[[str], torch.Tensor | None]) -> torch.Tensor:
+        """The table row of each request on the device; a request seen first gets ``prompt(req_id)`` (its tokens
+        so far, on any device, or ``None``) written at the start of its row."""
+        pool, B = self.pool, len(req_ids)
+        new = [r for r in req_ids if r not in pool.slot_of]
+        slots = pool.slots_for(req_ids)
+        for r in new:
+            tokens = prompt(r)
+            if tokens is not None and tokens.numel():
+                n = min(int(tokens.numel()), self.max_len)
+                pool.tensors["tokens"][pool.slot_of[r], :n].copy_(tokens.reshape(-1)[:n], non_blocking=True)
+        if B > self.rows_cpu.shape[0]:  # (more requests than max_num_seqs: never in an engine)
+            self.rows_cpu = torch.zeros(B, dtype=torch.int64)
+            self.rows_dev = torch.zeros(B, dtype=torch.int64, device=self.rows_dev.device)
+        self.rows_cpu[:B] = torch.tensor(slots, dtype=torch.int64)
+        out = self.rows_dev[:B]
+        out.copy_(self.rows_cpu[:B], non_blocking=True)
+        return out
+
+    def release(self, req_id: str) -> None:
+        self.pool.release(req_id)
+
+    def observe(self, rows: torch.Tensor, B: int, T: int, token_ids: torch.Tensor, positions: torch.Tensor,
+                query_start_loc: torch.Tensor, next_ids: torch.Tensor, next_pos: torch.Tensor,
+                produced: torch.Tensor) -> None:
+        """Every step (whatever k): write the scheduled tokens at their positions and each request's next token
+        at its position into the request's row ``rows[b]``, then fold the accepted count of the drafts this
+        step verified into the rate of the source that drafted them (``produced``: tokens each request
+        produced this step, accepted drafts + 1, 0 for a partial prefill)."""
+        t = self.pool.tensors
+        last = self.max_len - 1
+        token_req = torch.searchsorted(query_start_loc[1:B + 1].to(torch.int64), self.token_index[:T], right=True)
+        token_rows = rows[token_req.clamp_(max=B - 1)]
+        t["tokens"].index_put_((token_rows, positions[:T].to(torch.int64).clamp(0, last)),
+                               token_ids[:T].to(torch.int32))
+        t["tokens"].index_put_((rows, next_pos[:B].to(torch.int64).clamp(0, last)), next_ids[:B].to(torch.int32))
+        produced = produced[:B].to(torch.int64)
+        src, drafted = t["source"][rows], t["drafted"][rows]
+        verified = (src > 0) & (drafted > 0) & (produced > 0)
+        accepted = ((produced - 1).clamp(min=0).to(torch.float32) / drafted.clamp(min=1)).clamp(max=1)
+        col = (src - 1).clamp(min=0)
+        old = t["rate"][rows, col]
+        t["rate"][rows, col] = torch.where(verified, (1 - RATE_WEIGHT) * old + RATE_WEIGHT * accepted, old)
+        t["source"][rows] = torch.where(produced > 0, 0, src)  # verified, or nothing was drafted
+
+    def compose(self, rows: torch.Tensor, drafts: torch.Tensor, next_pos: torch.Tensor) -> torch.Tensor:
+        """The step's drafts ``[B, k]``: per request, the lookup's where it found a match and has paid at least
+        as well as the model's so far, else the model's (``drafts``)."""
+        B, k = drafts.shape[0], drafts.shape[1]
+        if k == 0 or B == 0:
+            self.chosen = self.rates = None
+            return drafts
+        t = self.pool.tensors
+        n = (next_pos[:B].to(torch.int64) + 1).clamp(max=self.max_len)
+        ld, found = lookup_drafts(t["tokens"][rows], n, k, self.cfg.min_n, self.cfg.max_n)
+        rate = self.rates = t["rate"][rows]
+        use = found & (rate[:, 1] >= rate[:, 0])
+        self.chosen = torch.where(use, LOOKUP, MODEL)
+        t["source"][rows] = self.chosen
+        t["drafted"][rows] = k
+        return torch.where(use.unsqueeze(1), ld.to(drafts.dtype), drafts)
