@@ -2,7 +2,8 @@
 
 Rows (each a real vLLM engine in its own process, kept alive for the whole group):
 no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
-without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``. All
+without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; our EAGLE-3, alone and with
+prompt-lookup drafts beside it (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=on``); vLLM's n-gram drafter. All
 engines of a group are started first, then their timed phases are interleaved round
 robin, repetition after repetition, so machine drift hits every row alike; ratios
 (speedup over no speculation, ours over built-in) are taken within a repetition and
@@ -179,6 +180,12 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
     eag3 = DRAFTS / "smollm2-eagle3"
     if (eag3 / "config.json").is_file():  # no "method": the config's stamp picks our plugin, the folder name eagle3
         rows["our EAGLE-3"] = {"spec": {"model": str(eag3), "num_speculative_tokens": k_eagle3}, "env": {}}
+        # prompt-lookup drafts beside the model's, chosen per request (runtime/lookup.py)
+        rows["our EAGLE-3, prompt lookup"] = {"spec": rows["our EAGLE-3"]["spec"],
+                                              "env": {"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "on"}}
+    # vLLM's own prompt lookup, as bench.policy runs it (what a CPU user would try first)
+    rows["vLLM n-gram"] = {"spec": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                                    "prompt_lookup_min": 2}, "env": {}}
     if not builtin_ok:
         rows = {k: v for k, v in rows.items() if not v.get("builtin")}
     return rows
@@ -366,10 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        groups = [[n for n in rows if "EAGLE" not in n],
+        groups = [[n for n in rows if "EAGLE" not in n and "n-gram" not in n],
                   ["no speculation"] + [n for n in rows if "EAGLE" in n and "EAGLE-3" not in n]]
         if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB
-            groups.append(["no speculation", "our EAGLE-3"])
+            groups.append(["no speculation", "our EAGLE-3", "our EAGLE-3, prompt lookup", "vLLM n-gram"])
     t0 = time.perf_counter()
     results = []
     paired = []
