@@ -110,3 +110,25 @@ def test_lookup_raises_acceptance_over_the_plugin_alone(runs):
     assert with_lookup.metrics["accepted"] > 1.5 * alone.metrics["accepted"], (with_lookup.metrics, alone.metrics)
     assert (with_lookup.metrics["accepted"] / with_lookup.metrics["draft_tokens"]
             > alone.metrics["accepted"] / alone.metrics["draft_tokens"])
+
+
+def test_tensor_parallel_2_ranks_draft_alike(runs, tiny, tmp_path, baseline_eagle_lengths):
+    """Every rank keeps its own token table and rates: both must draft what TP=1 drafts."""
+    trace = tmp_path / "trace"
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": K}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
+                   tensor_parallel_size=2, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), ENV_LOOKUP: "on",
+                                                "VLLM_SPEC_PLUGINS_POLICY": "off"})
+    assert r.outputs == baseline_eagle_lengths.outputs
+    tp1 = runs("medusa", "v1")[0]
+    assert r.metrics["accepted"] == tp1.metrics["accepted"] and r.metrics["drafts"] == tp1.metrics["drafts"]
+    ranks = [load_trace(trace, rank=rank) for rank in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) > 0
+    chosen = 0
+    for a, b in zip(*ranks):
+        assert a["req_ids"] == b["req_ids"] and a["drafts"].tolist() == b["drafts"].tolist()
+        assert (a["lookup"] is None) == (b["lookup"] is None)
+        if a["lookup"] is not None:
+            assert a["lookup"].tolist() == b["lookup"].tolist()
+            chosen += int((a["lookup"] == LOOKUP).sum())
+    assert chosen >= 50

@@ -151,6 +151,10 @@ def test_start_up_refuses_what_lookup_cannot_serve():
     with pytest.raises(ValueError, match=f"{ENV_LOOKUP}=2:4 cannot run beside plugin 'medusa' .*M-RoPE"):
         DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
     rt, cfg = _runtime()
+    cfg.speculative_config.disable_padded_drafter_batch = True
+    with pytest.raises(ValueError, match="disable_padded_drafter_batch is set"):
+        DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
+    rt, cfg = _runtime()
     cfg.speculative_config.draft_sample_method = "probabilistic"
     with pytest.raises(ValueError, match="'probabilistic'.*Unset " + ENV_LOOKUP):
         DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]

@@ -280,6 +280,9 @@ class DrafterRuntime:
         why = None
         if getattr(vllm_config.model_config, "uses_mrope", False):
             why = "the target uses M-RoPE, whose positions are not sequence indices (not supported yet)"
+        elif getattr(vllm_config.speculative_config, "disable_padded_drafter_batch", False):
+            why = ("disable_padded_drafter_batch is set: V1's runner then hands drafters host lists instead of the "
+                   "per-request counts lookup reads (not supported yet)")
         elif getattr(vllm_config.speculative_config, "draft_sample_method", "greedy") == "probabilistic":
             why = ("draft_sample_method is 'probabilistic': vLLM verifies those drafts against the draft's "
                    "probabilities, which lookup drafts do not have")
