@@ -82,9 +82,11 @@ class PluginProposerMixin(DrafterRuntime):
             self.lookup.release(req_id)
 
     def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
+        """The runner's host copy of the request's tokens: its prompt, and its output so far (a request
+        seen first after a preemption)."""
         state = getattr(self.runner, "requests", {}).get(req_id)
-        ids = getattr(state, "prompt_token_ids", None)
-        return None if not ids else torch.tensor(ids, dtype=torch.int32)
+        ids = list(getattr(state, "prompt_token_ids", None) or ()) + list(getattr(state, "output_token_ids", None) or ())
+        return torch.tensor(ids, dtype=torch.int32) if ids else None
 
     def _lookup_step(self, B: int, T: int, token_ids: torch.Tensor, positions: torch.Tensor,
                      next_token_ids: torch.Tensor, idx: torch.Tensor) -> None:
