@@ -218,6 +218,10 @@ NOT_A_CHECK_CASE = {
     "73": "pipeline parallelism cannot run on this CPU build; the rule is unit-tested (u:test_bind)",
     "74": "a multimodal target: check and the engine compared in e:test_multimodal (check case and "
           "test_an_eagle3_draft_is_refused_naming_draft_plugin_and_target)",
+    "75": "an engine setting (VLLM_SPEC_PLUGINS_PROMPT_LOOKUP), not a property of the draft: refused when the "
+          "drafter starts, unit-tested (u:test_lookup)",
+    "76": "an engine setting beside a target or config the draft does not choose: refused when the drafter "
+          "starts, unit-tested (u:test_lookup)",
 }
 
 

@@ -195,6 +195,8 @@ class DrafterRuntime:
     device: torch.device  # set by vLLM's proposer / speculator
 
     needs_aux_hidden_states = False
+    #: prompt-lookup drafts beside the plugin's (.lookup); set by ``_setup_plugin`` when the variable asks for them
+    lookup: PromptLookup | None = None
 
     def _setup_plugin(self, vllm_config: Any, device: torch.device, runner: Any, drafter: Drafter, *,
                       request_rows: int) -> None:
@@ -254,8 +256,7 @@ class DrafterRuntime:
                                 vocab_size=self.target_vocab_size, device=device,
                                 async_scheduling=bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)))
         self._check_target_layers()
-        #: prompt-lookup drafts beside the plugin's (.lookup), when VLLM_SPEC_PLUGINS_PROMPT_LOOKUP asks for them
-        self.lookup: PromptLookup | None = None
+        self.lookup = None
         lookup_cfg = lookup_config()
         if lookup_cfg is not None:
             self._setup_lookup(lookup_cfg, vllm_config, device)
