@@ -42,7 +42,15 @@ from .inputs import (
     token_rows,
 )
 from .lookup import ENV_LOOKUP, LookupConfig, PromptLookup, lookup_config
-from .state import TOKEN_SOURCES, StatePool, StateRow, fill_token_source, resolve_inits, sees_tokens
+from .state import (
+    TOKEN_SOURCES,
+    StatePool,
+    StateRow,
+    fill_token_source,
+    resolve_inits,
+    sees_tokens,
+    token_requests,
+)
 
 logger = logging.getLogger("vllm.spec_plugins")
 
@@ -861,9 +869,7 @@ class AttentionRuntime(DrafterRuntime):
         """``token_request[t]``: the request row of token row ``t`` (on the device, no host sync)."""
         if not self.expanded:
             return
-        qsl = query_start_loc[1:B + 1]
-        tokens = self.token_arange[:T].to(qsl.dtype)
-        self.token_request[:T].copy_(torch.searchsorted(qsl, tokens, right=True).clamp_(max=B - 1))
+        self.token_request[:T].copy_(token_requests(query_start_loc, self.token_arange, B, T))
 
     def _trial_attention(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> None:
         """One pass of the plugin model on one row of static buffers (no attention metadata, as in vLLM's

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .state import StatePool
+from .state import StatePool, token_requests
 
 ENV_LOOKUP = "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP"
 DEFAULT_RANGE = (2, 4)
@@ -161,9 +161,6 @@ class PromptLookup:
             if tokens is not None and tokens.numel():
                 n = min(int(tokens.numel()), self.max_len)
                 pool.tensors["tokens"][pool.slot_of[r], :n].copy_(tokens.reshape(-1)[:n], non_blocking=True)
-        if B > self.rows_cpu.shape[0]:  # (more requests than max_num_seqs: never in an engine)
-            self.rows_cpu = torch.zeros(B, dtype=torch.int64)
-            self.rows_dev = torch.zeros(B, dtype=torch.int64, device=self.rows_dev.device)
         self.rows_cpu[:B] = torch.tensor(slots, dtype=torch.int64)
         out = self.rows_dev[:B]
         out.copy_(self.rows_cpu[:B], non_blocking=True)
@@ -181,8 +178,7 @@ class PromptLookup:
         produced this step, accepted drafts + 1, 0 for a partial prefill)."""
         t = self.pool.tensors
         last = self.max_len - 1
-        token_req = torch.searchsorted(query_start_loc[1:B + 1].to(torch.int64), self.token_index[:T], right=True)
-        token_rows = rows[token_req.clamp_(max=B - 1)]
+        token_rows = rows[token_requests(query_start_loc, self.token_index, B, T)]
         t["tokens"].index_put_((token_rows, positions[:T].to(torch.int64).clamp(0, last)),
                                token_ids[:T].to(torch.int32))
         t["tokens"].index_put_((rows, next_pos[:B].to(torch.int64).clamp(0, last)), next_ids[:B].to(torch.int32))

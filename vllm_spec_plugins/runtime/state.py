@@ -41,6 +41,14 @@ def fill_token_source(key: Source, buf: torch.Tensor, step: dict[str, Any], B: i
         buf[:B].zero_()
 
 
+def token_requests(query_start_loc: torch.Tensor, arange: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    """The batch row of the request each of the step's ``T`` token rows belongs to (requests' tokens are
+    consecutive, ``query_start_loc[:B + 1]`` their bounds; ``arange`` holds at least ``0..T-1``). On the device, no
+    host sync."""
+    qsl = query_start_loc[1:B + 1]
+    return torch.searchsorted(qsl, arange[:T].to(qsl.dtype), right=True).clamp_(max=B - 1)
+
+
 def _init_value(init: float | torch.Tensor, rows: int, shape: tuple[int, ...], dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
     if isinstance(init, torch.Tensor):
