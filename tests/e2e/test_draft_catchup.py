@@ -137,22 +137,65 @@ def test_drafts_and_acceptance_equal_running_the_first_pass_every_step(skipping_
     assert all(torch.equal(a, b["drafts"]) for a, b in zip(drafted, (x for x in records0 if x["drafts"].shape[1])))
 
 
-def test_tensor_parallel_2(tiny, draft, baseline_eagle_lengths, tmp_path):
-    """Two CPU workers decide alike (the skip and the catch-up are host decisions from the same inputs) and each
-    replays its own shard of the draft KV: output equals no speculation, and every draft equals the reference
-    with the whole draft KV, replayed from rank 0's trace (TP=2's sums differ from one worker's in the last
-    bits, so its drafts are compared with the reference, not with the one-worker run's)."""
-    trace = tmp_path / "trace"
+def _run_tp2(tiny, draft, tmp_path_factory, runner: str):
+    trace = tmp_path_factory.mktemp(f"trace-tp2-{runner}")
     spec = {"model": str(draft), "num_speculative_tokens": K, "num_speculative_tokens_per_batch_size": SCHEDULE}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   llm_kwargs=ENGINE, tensor_parallel_size=2, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)})
+                   llm_kwargs=ENGINE, tensor_parallel_size=2, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
+                   runner=runner)
+    return r, trace
+
+
+@pytest.fixture(scope="module")
+def tp2_v1(tiny, draft, tmp_path_factory):
+    return _run_tp2(tiny, draft, tmp_path_factory, "v1")
+
+
+@pytest.fixture(scope="module")
+def tp2_v2(tiny, draft, tmp_path_factory):
+    return _run_tp2(tiny, draft, tmp_path_factory, "v2")
+
+
+def _drafts_by_request(records) -> list[dict[str, list[int]]]:
+    return [dict(zip(map(base_request_id, rec["req_ids"]), rec["drafts"].tolist(), strict=True)) for rec in records]
+
+
+def _drafts_by_position(records) -> dict[tuple[str, int], list[int]]:
+    """Each drafting step's drafts, keyed by request and by how many tokens it had sampled then: the same key on
+    both runners whatever the steps' order and make-up."""
+    out, sampled = {}, dict[str, int]()
+    for rec in records:
+        for i, rid in enumerate(map(base_request_id, rec["req_ids"])):
+            sampled[rid] = sampled.get(rid, 0) + int(rec["valid_count"][i])
+            if rec["drafts"].shape[1]:
+                out[(rid, sampled[rid])] = rec["drafts"][i].tolist()
+    return out
+
+
+def test_tensor_parallel_2(tiny, draft, baseline_eagle_lengths, runner, request):
+    """Two CPU workers decide alike (the skip and the catch-up are host decisions from the same inputs) and each
+    replays its own shard of the draft KV, on both runners: output equals no speculation; on V1 every draft
+    equals the reference with the whole draft KV, replayed from rank 0's trace (TP=2's sums differ from one
+    worker's in the last bits, so its drafts are compared with the reference, not with the one-worker run's).
+    MRV2's trace carries no target rows to replay: its drafts equal V1's at TP=2, request by request and token by
+    token. Two workers start stepping while the prompts still arrive, so the first steps (and with them where
+    the static schedule drafts) differ from run to run by a step or two: the drafts made at the same point of
+    the same request are compared, at least 90 % of MRV2's."""
+    r, trace = request.getfixturevalue(f"tp2_{runner}")
     assert r.outputs == baseline_eagle_lengths.outputs and r.metrics["accepted"] > 0
     for rank in (0, 1):
         records = load_trace(trace, rank=rank)
         assert sum(rec["first_pass"] == "skipped" for rec in records) >= 80, rank
         assert sum(rec["caught_up"] for rec in records) > 0, rank
-    stats = replay(load_trace(trace, rank=0), _reference(draft, tiny["target"]))
-    assert stats["compared"] >= 60 and stats["equal"] == stats["compared"], stats
+    if runner == "v1":
+        stats = replay(load_trace(trace, rank=0), _reference(draft, tiny["target"]))
+        assert stats["compared"] >= 60 and stats["equal"] == stats["compared"], stats
+        return
+    _, trace1 = request.getfixturevalue("tp2_v1")
+    mine, v1 = _drafts_by_position(load_trace(trace, rank=0)), _drafts_by_position(load_trace(trace1, rank=0))
+    common = mine.keys() & v1.keys()
+    assert len(common) >= 0.9 * len(mine) and len(common) >= 60, (len(common), len(mine), len(v1))
+    assert all(mine[key] == v1[key] for key in common), [key for key in common if mine[key] != v1[key]]
 
 
 def test_mrv2_skips_and_catches_up_where_v1_does_with_the_same_drafts(skipping_v1, skipping_v2):
@@ -163,10 +206,7 @@ def test_mrv2_skips_and_catches_up_where_v1_does_with_the_same_drafts(skipping_v
     assert r2.metrics["drafts"] == r1.metrics["drafts"] and r2.accepted_per_pos == r1.accepted_per_pos
     assert [(rec["first_pass"], rec["caught_up"]) for rec in records2] == \
         [(rec["first_pass"], rec["caught_up"]) for rec in records1]
-    def drafts(rec) -> dict[str, list[int]]:
-        return dict(zip(map(base_request_id, rec["req_ids"]), rec["drafts"].tolist(), strict=True))
-
-    assert [drafts(rec) for rec in records2] == [drafts(rec) for rec in records1]
+    assert _drafts_by_request(records2) == _drafts_by_request(records1)
 
 
 def test_a_bad_row_count_stops_the_engine_naming_the_variable(tiny, draft):

@@ -282,6 +282,10 @@ class DrafterRuntime:
                                  f"trace: {type(e).__name__}: {e}. Give a folder this process can create and write "
                                  f"to, or unset {ENV_TRACE_DIR}.") from e
 
+    def _drop_kept(self, req_id: str) -> None:
+        """A request finished, or was preempted: forget the first-pass rows kept for it (an attention drafter's;
+        a heads drafter keeps none)."""
+
     # -- prompt lookup beside the plugin's drafts (.lookup) ----------------------
 
     def _setup_lookup(self, cfg: LookupConfig, vllm_config: Any, device: torch.device) -> None:

@@ -112,10 +112,8 @@ class Mrv2Runtime(DrafterRuntime):
     def on_requests_finished(self, finished: Any, preempted: Any) -> None:
         """Before MRV2 frees the slots: free the state of finished requests, park that of preempted ones (and drop
         the kept first-pass rows of both: a preempted request's blocks are freed, its prefill runs the first pass)."""
-        drop = getattr(self, "_drop_kept", None)
-        if drop is not None:
-            for req_id in (*(finished or ()), *(preempted or ())):
-                drop(req_id)
+        for req_id in (*(finished or ()), *(preempted or ())):
+            self._drop_kept(req_id)
         if self.lookup is not None:
             for req_id in finished or ():
                 self.lookup.release(req_id)

@@ -80,6 +80,7 @@ class PluginProposerMixin(DrafterRuntime):
             self.pool.release(req_id)
         if self.lookup is not None:
             self.lookup.release(req_id)
+        self._drop_kept(req_id)
 
     def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
         """The runner's host copy of the request's tokens: its prompt, and its output so far (a request
@@ -96,6 +97,7 @@ class PluginProposerMixin(DrafterRuntime):
     def on_request_resumed(self, req_id: str) -> None:
         if self.pool is not None and self._reset_on_preempt:
             self.pool.reset(req_id, self._reset_on_preempt)
+        self._drop_kept(req_id)  # its blocks were freed: the prefill it resumes with runs the first pass
 
     def _state_index(self, B: int) -> torch.Tensor:
         """V1 has no stable request slots: look each request id up in the pool, copy the slots over."""
@@ -220,14 +222,6 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
             "parallel drafting slots": bool(getattr(self, "needs_extra_input_slots", False)),
             "disable_padded_drafter_batch": bool(getattr(spec, "disable_padded_drafter_batch", False)),
         }, token_dtype=self.input_ids.dtype)
-
-    def on_request_removed(self, req_id: str) -> None:
-        super().on_request_removed(req_id)
-        self._drop_kept(req_id)
-
-    def on_request_resumed(self, req_id: str) -> None:
-        super().on_request_resumed(req_id)
-        self._drop_kept(req_id)
 
     @torch.inference_mode()
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
