@@ -9,7 +9,7 @@ from vllm_spec_plugins.runtime.catchup import DEFAULT_ROWS, ENV_CATCHUP, KeptRow
 
 
 def _kept(max_reqs=3, rows=2, width=4) -> KeptRows:
-    return KeptRows(max_reqs, rows, width, torch.float32, torch.device("cpu"), pin_memory=False)
+    return KeptRows(max_reqs, rows, width, torch.float32, torch.device("cpu"))
 
 
 def _keep(k: KeptRows, req_ids: list[str], step: int) -> None:

@@ -146,3 +146,36 @@ def test_tensor_init_and_set_init():
     assert pool.tensors["h"][b].tolist() == [3, 4]
     pool.slots_for(["c", "d"])  # grows: new rows start from the tensor init too
     assert pool.capacity > 2 and pool.tensors["h"][pool.slot_of["d"]].tolist() == [3, 4]
+
+
+class _FakeEvent:
+    """Stands in for a CUDA event: remembers what happened to one staging buffer, in order."""
+
+    log: list[tuple[int, str]] = []
+    made = 0
+
+    def __init__(self) -> None:
+        self.id = _FakeEvent.made
+        _FakeEvent.made += 1
+
+    def record(self) -> None:
+        _FakeEvent.log.append((self.id, "record"))
+
+    def synchronize(self) -> None:
+        _FakeEvent.log.append((self.id, "synchronize"))
+
+
+def test_index_staging_copies_the_values_and_waits_before_reusing_a_buffer():
+    """Each call hands back its values on the device; a pinned buffer is written again only after the host waited
+    for the copy last made from it (async scheduling: the host may run a step ahead of the device)."""
+    from vllm_spec_plugins.runtime.state import IndexStaging
+
+    _FakeEvent.log, _FakeEvent.made = [], 0
+    staging = IndexStaging(8, torch.device("cpu"), event=_FakeEvent)
+    outs = [staging(v).tolist() for v in ([3, 1, 2], [5], [7, 0, 6, 4], [2, 2])]
+    assert outs == [[3, 1, 2], [5], [7, 0, 6, 4], [2, 2]]
+    # buffers 0, 1, 0, 1 in turn; each write waits on its buffer's event, each copy records it
+    assert _FakeEvent.log == [(0, "synchronize"), (0, "record"), (1, "synchronize"), (1, "record"),
+                              (0, "synchronize"), (0, "record"), (1, "synchronize"), (1, "record")]
+    plain = IndexStaging(4, torch.device("cpu"))  # off an accelerator: synchronous copies, no events
+    assert plain._events is None and plain([1, 2]).tolist() == [1, 2]

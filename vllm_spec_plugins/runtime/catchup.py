@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .state import IndexStaging
+
 ENV_CATCHUP = "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP"
 DEFAULT_ROWS = 16
 
@@ -69,18 +71,14 @@ class KeptRows:
     """
 
     def __init__(self, max_reqs: int, rows: int, width: int, dtype: torch.dtype, device: torch.device,
-                 pin_memory: bool, token_dtype: torch.dtype = torch.int32) -> None:
+                 token_dtype: torch.dtype = torch.int32) -> None:
         self.rows = rows
         n = max_reqs * rows
         self.token_ids = torch.zeros(n, dtype=token_dtype, device=device)
         self.positions = torch.zeros(n, dtype=torch.int64, device=device)
         self.slots = torch.zeros(n, dtype=torch.int64, device=device)
         self.hidden = torch.zeros((n, width), dtype=dtype, device=device)
-        # Two pinned staging buffers used in turn: the host writes one step's index while the device may still be
-        # copying the previous step's (async scheduling runs the host one step ahead)
-        self._index_cpu = [torch.zeros(n, dtype=torch.int64, pin_memory=pin_memory) for _ in range(2)]
-        self._index = torch.zeros(n, dtype=torch.int64, device=device)
-        self._turn = 0
+        self._to_device = IndexStaging(n, device)  # the rows' flat index, copied without a host sync
         self.where: dict[str, list[int]] = {}
         self._free = list(range(max_reqs - 1, -1, -1))
 
@@ -97,15 +95,6 @@ class KeptRows:
             elif held[1] >= self.rows:
                 return False
         return new <= len(self._free)
-
-    def _to_device(self, flat: list[int]) -> torch.Tensor:
-        n = len(flat)
-        staging = self._index_cpu[self._turn]
-        self._turn ^= 1
-        staging[:n] = torch.tensor(flat, dtype=torch.int64)
-        idx = self._index[:n]
-        idx.copy_(staging[:n], non_blocking=True)
-        return idx
 
     def keep(self, req_ids: list[str], token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
              hidden: torch.Tensor) -> None:

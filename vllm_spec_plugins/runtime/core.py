@@ -775,11 +775,8 @@ class AttentionRuntime(DrafterRuntime):
             logger.info("vllm_spec_plugins: plugin %r: the draft's first pass runs in every step, also those that "
                         "draft nothing (%s)", self.drafter.plugin, why_not)
             return
-        from vllm.utils.torch_utils import is_pin_memory_available
-
         self.kept = KeptRows(self.max_reqs, min(rows, self.max_num_tokens), self.target_rows_width,
-                             self.vllm_config.model_config.dtype, self.device, is_pin_memory_available(),
-                             token_dtype=token_dtype)
+                             self.vllm_config.model_config.dtype, self.device, token_dtype=token_dtype)
         logger.info("vllm_spec_plugins: plugin %r: in steps that draft nothing, the draft's first pass is skipped and "
                     "caught up before drafting resumes (up to %d rows kept per request; %s=0 runs it every step)",
                     self.drafter.plugin, self.kept.rows, ENV_CATCHUP)

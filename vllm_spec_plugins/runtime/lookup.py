@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .state import StatePool, token_requests
+from .state import IndexStaging, StatePool, token_requests
 
 ENV_LOOKUP = "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP"
 DEFAULT_RANGE = (2, 4)
@@ -140,11 +140,8 @@ class PromptLookup:
             ("source", (), torch.int64, 0.0, "keep"),
             ("drafted", (), torch.int64, 0.0, "keep"),
         ], 2 * requests, device)
-        from vllm.utils.torch_utils import is_pin_memory_available
-
         self.token_index = torch.arange(max(max_tokens, 1), device=device)
-        self.rows_cpu = torch.zeros(requests, dtype=torch.int64, pin_memory=is_pin_memory_available())
-        self.rows_dev = torch.zeros(requests, dtype=torch.int64, device=device)
+        self._rows = IndexStaging(requests, device)
         #: the last step's choice per batch row (the trace's): 1 model, 2 lookup; None: no drafts
         self.chosen: torch.Tensor | None = None
         #: the rates that choice compared, ``[B, 2]`` (model, lookup)
@@ -153,7 +150,7 @@ class PromptLookup:
     def rows(self, req_ids: list[str], prompt: Callable[[str], torch.Tensor | None]) -> torch.Tensor:
         """The table row of each request on the device; a request seen first gets ``prompt(req_id)`` (its tokens
         so far, on any device, or ``None``) written at the start of its row."""
-        pool, B = self.pool, len(req_ids)
+        pool = self.pool
         new = [r for r in req_ids if r not in pool.slot_of]
         slots = pool.slots_for(req_ids)
         for r in new:
@@ -161,10 +158,7 @@ class PromptLookup:
             if tokens is not None and tokens.numel():
                 n = min(int(tokens.numel()), self.max_len)
                 pool.tensors["tokens"][pool.slot_of[r], :n].copy_(tokens.reshape(-1)[:n], non_blocking=True)
-        self.rows_cpu[:B] = torch.tensor(slots, dtype=torch.int64)
-        out = self.rows_dev[:B]
-        out.copy_(self.rows_cpu[:B], non_blocking=True)
-        return out
+        return self._rows(slots)
 
     def release(self, req_id: str) -> None:
         self.pool.release(req_id)

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.utils.torch_utils import is_pin_memory_available
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import EagleProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
@@ -31,6 +30,7 @@ from .core import (  # noqa: F401
     drafter_for,
     multimodal_target,
 )
+from .state import IndexStaging
 
 if TYPE_CHECKING:
     #: What vLLM's ``propose`` takes as ``mm_embed_inputs`` and ``slot_mappings`` (passed through as they are).
@@ -53,6 +53,8 @@ class PluginProposerMixin(DrafterRuntime):
     Placed before the vLLM proposer class in the MRO, so its
     ``prepare_next_token_ids_padded`` wraps vLLM's.
     """
+
+    _slot_staging: IndexStaging | None = None  # request slots to the device (_state_index), made on first use
 
     # -- hand-over from the runner patches -------------------------------------
 
@@ -102,13 +104,9 @@ class PluginProposerMixin(DrafterRuntime):
     def _state_index(self, B: int) -> torch.Tensor:
         """V1 has no stable request slots: look each request id up in the pool, copy the slots over."""
         assert self.pool is not None
-        if not hasattr(self, "slot_index_cpu"):
-            self.slot_index_cpu = torch.zeros(self.max_reqs, dtype=torch.int64, pin_memory=is_pin_memory_available())
-        slots = self.pool.slots_for(self._step["req_ids"][:B])
-        self.slot_index_cpu[:B] = torch.tensor(slots, dtype=torch.int64)
-        idx = self.slot_index[:B]
-        idx.copy_(self.slot_index_cpu[:B], non_blocking=True)
-        return idx
+        if self._slot_staging is None:
+            self._slot_staging = IndexStaging(self.max_reqs, self.device)
+        return self._slot_staging(self.pool.slots_for(self._step["req_ids"][:B]))
 
     @staticmethod
     def _sample_index(B: int, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: Any

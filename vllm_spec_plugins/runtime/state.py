@@ -49,6 +49,43 @@ def token_requests(query_start_loc: torch.Tensor, arange: torch.Tensor, B: int, 
     return torch.searchsorted(qsl, arange[:T].to(qsl.dtype), right=True).clamp_(max=B - 1)
 
 
+class IndexStaging:
+    """Small int64 index lists (request slots, rows) copied to the device every step without a host sync.
+
+    The host writes a pinned buffer and the device copies from it asynchronously. Async scheduling runs the host
+    up to a step ahead of the device, so a pinned buffer written again at once could change under a copy still
+    queued: the buffers are used in turn, and before one is written again the host waits for the event recorded
+    after its last copy (on the device that copy ran long ago, so the wait is free). Off an accelerator the copies
+    are synchronous and there are no events. One device buffer holds the result: the device reads it before the
+    next copy into it, in stream order."""
+
+    def __init__(self, n: int, device: torch.device, *, buffers: int = 2, event: Any = None) -> None:
+        from vllm.utils.torch_utils import is_pin_memory_available
+
+        pin = is_pin_memory_available() and device.type != "cpu"
+        self._host = [torch.zeros(n, dtype=torch.int64, pin_memory=pin) for _ in range(buffers)]
+        self._dev = torch.zeros(n, dtype=torch.int64, device=device)
+        if event is None and device.type == "cuda":
+            event = torch.cuda.Event
+        self._events = [event() for _ in range(buffers)] if event is not None else None
+        self._turn = 0
+
+    def __call__(self, values: list[int]) -> torch.Tensor:
+        """``values`` on the device (a view of the device buffer, valid until the next call)."""
+        n = len(values)
+        i = self._turn
+        self._turn = (i + 1) % len(self._host)
+        if self._events is not None:
+            self._events[i].synchronize()  # the last copy from this buffer has run
+        host = self._host[i]
+        host[:n] = torch.tensor(values, dtype=torch.int64)
+        out = self._dev[:n]
+        out.copy_(host[:n], non_blocking=True)
+        if self._events is not None:
+            self._events[i].record()
+        return out
+
+
 def _init_value(init: float | torch.Tensor, rows: int, shape: tuple[int, ...], dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
     if isinstance(init, torch.Tensor):
