@@ -41,11 +41,18 @@ def draft(tiny, tmp_path_factory):
     return make_tiny_eagle(tmp_path_factory.mktemp("ckpt") / "tiny-eagle-context", tiny["target"], noise=0.12)
 
 
-def _run(tiny, draft, tmp_path_factory, runner: str, env: dict[str, str]):
-    trace = tmp_path_factory.mktemp(f"trace-{runner}")
+def _engine(tiny, draft, tmp_path_factory, runner: str, env: dict[str, str], tensor_parallel_size: int = 1):
+    """The engine's result and its trace folder (every rank's records)."""
+    trace = tmp_path_factory.mktemp(f"trace-{runner}-tp{tensor_parallel_size}")
     spec = {"model": str(draft), "num_speculative_tokens": K, "num_speculative_tokens_per_batch_size": SCHEDULE}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   llm_kwargs=ENGINE, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner=runner)
+                   llm_kwargs=ENGINE, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner=runner,
+                   tensor_parallel_size=tensor_parallel_size)
+    return r, trace
+
+
+def _run(tiny, draft, tmp_path_factory, runner: str, env: dict[str, str]):
+    r, trace = _engine(tiny, draft, tmp_path_factory, runner, env)
     return r, _records(trace)
 
 
@@ -137,23 +144,14 @@ def test_drafts_and_acceptance_equal_running_the_first_pass_every_step(skipping_
     assert all(torch.equal(a, b["drafts"]) for a, b in zip(drafted, (x for x in records0 if x["drafts"].shape[1])))
 
 
-def _run_tp2(tiny, draft, tmp_path_factory, runner: str):
-    trace = tmp_path_factory.mktemp(f"trace-tp2-{runner}")
-    spec = {"model": str(draft), "num_speculative_tokens": K, "num_speculative_tokens_per_batch_size": SCHEDULE}
-    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   llm_kwargs=ENGINE, tensor_parallel_size=2, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                   runner=runner)
-    return r, trace
-
-
 @pytest.fixture(scope="module")
 def tp2_v1(tiny, draft, tmp_path_factory):
-    return _run_tp2(tiny, draft, tmp_path_factory, "v1")
+    return _engine(tiny, draft, tmp_path_factory, "v1", {}, tensor_parallel_size=2)
 
 
 @pytest.fixture(scope="module")
 def tp2_v2(tiny, draft, tmp_path_factory):
-    return _run_tp2(tiny, draft, tmp_path_factory, "v2")
+    return _engine(tiny, draft, tmp_path_factory, "v2", {}, tensor_parallel_size=2)
 
 
 def _drafts_by_request(records) -> list[dict[str, list[int]]]:

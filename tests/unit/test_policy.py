@@ -468,6 +468,11 @@ def _eagle3_here(b, kv, kd):
     return 0.027 * (1 + 0.04 * b * kv) + 0.0009 * kd
 
 
+def cpu_big_batch_b1(b, kv, kd):
+    """A CPU where each verified token costs 8 % of a plain step at batch 1 and drafting 25 %."""
+    return 0.010 * (1 + 0.08 * b * kv) + 0.0025 * kd
+
+
 def test_a_lone_request_within_2_percent_of_the_best_fixed_k():
     """The issue's goal at concurrency 1 (within 2 % of the best fixed k), where a tokens/s run on this machine
     cannot resolve 2 %: simulated, with a fake clock and known costs, over 15 workloads (3 cost models: this CPU's
@@ -487,8 +492,3 @@ def test_a_lone_request_within_2_percent_of_the_best_fixed_k():
     assert min(ratios.values()) >= 0.97, ratios
     assert sum(r >= 0.98 for r in ratios.values()) >= 14, ratios
     assert sum(ratios.values()) / len(ratios) >= 0.985, ratios
-
-
-def cpu_big_batch_b1(b, kv, kd):
-    """A CPU where each verified token costs 8 % of a plain step at batch 1 and drafting 25 %."""
-    return 0.010 * (1 + 0.08 * b * kv) + 0.0025 * kd
