@@ -8,6 +8,10 @@ Model. For a batch of ``b`` requests, drafting ``k`` tokens per request yields o
 probability that draft position ``j`` is accepted once positions ``1..j-1`` were. A step
 that verifies (and drafts) ``k`` tokens per request costs ``t(b, k)`` seconds, measured. The
 policy picks ``argmax_k E(k) / t(b, k)`` over ``k = 0..K``: ``k = 0`` is a plain decode step.
+Where requests whose drafts keep failing are not verified (``request_k``), a step at ``k``
+verifies only a fraction ``u(b, k)`` of the batch, measured with its cost: it yields
+``1 + u * (E(k) - 1)`` tokens per request (the pooled acceptance is that of the requests
+verified), in the time ``t(b, k)`` measured with those cuts.
 
 What it measures:
 
@@ -58,7 +62,8 @@ ENV_LOG_INTERVAL = "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL"
 #: higher probing cost.
 ENV_MAX_PROBE = "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL"
 #: ``VLLM_SPEC_PLUGINS_POLICY_COST_MODEL=PLAIN,PER_DRAFT``: for tests and simulations only. The policy
-#: charges each step ``batch * (PLAIN + PER_DRAFT * k)`` (any unit) instead of reading the wall clock, so its
+#: charges each step ``batch * PLAIN + PER_DRAFT * (draft tokens verified)`` (any unit; that is
+#: ``batch * (PLAIN + PER_DRAFT * k)`` when no request is cut) instead of reading the wall clock, so its
 #: decisions depend on acceptance alone, never on the machine's load. Never set it in production.
 ENV_COST_MODEL = "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL"
 
@@ -122,7 +127,7 @@ class PolicySettings:
     becomes its extra cost over this budget, so a very slow drafter is probed ever less often."""
     log_interval: float = 10.0
     cost_model: tuple[float, float] | None = None
-    """``(plain, per_draft)``: charge each step ``batch * (plain + per_draft * k)`` instead of its wall time
+    """``(plain, per_draft)``: charge each step ``batch * plain + per_draft * verified`` instead of its wall time
     (tests and simulations; ``VLLM_SPEC_PLUGINS_POLICY_COST_MODEL``)."""
 
     @classmethod
@@ -172,16 +177,26 @@ class _Cell:
 
     window: int = 16
     samples: list[float] = field(default_factory=list)
+    fractions: list[float] = field(default_factory=list)
+    """Per sample, the fraction of the batch's requests whose drafts the step verified (1.0: none cut)."""
     n: int = 0
     estimate: float = 0.0
     """The current estimate (the lower quartile of the window)."""
 
-    def add(self, t: float) -> None:
+    def add(self, t: float, fraction: float = 1.0) -> None:
         self.samples.append(t)
+        self.fractions.append(fraction)
         if len(self.samples) > self.window:
             del self.samples[0]
+            del self.fractions[0]
         self.n += 1
         self.estimate = self.lower_quartile()
+
+    def verified_fraction(self, last: int | None = None) -> float:
+        """The mean fraction of requests verified over the last ``last`` samples (all of the window by default):
+        the samples whose cost the estimate is taken from."""
+        f = self.fractions[-last:] if last else self.fractions
+        return sum(f) / len(f) if f else 1.0
 
     def lower_quartile(self, last: int | None = None) -> float:
         """The lower quartile of the last ``last`` samples (all of the window by default)."""
@@ -200,6 +215,8 @@ class StepShape(NamedTuple):
     """The most draft tokens any request verified in this step."""
     pure_decode: bool
     """Every request decoded one token plus its drafts (no prefill): the steps the policy times."""
+    n_verified: int | None = None
+    """Draft tokens verified in this step, over all its requests (``None``: ``b * k_verified``, nothing cut)."""
 
 
 @dataclass
@@ -243,6 +260,7 @@ class AdaptivePolicy:
         self.acc_s = [1.0] * k_max
         self.acc_n = [2.0] * k_max
         self.buckets: dict[int, _Bucket] = {}
+        self._fractions: dict[int, dict[int, float]] = {}  # per bucket: the verified fraction of its measured k
         self.requests: dict[str, _Request] = {}
         self.step = 0
         self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
@@ -340,6 +358,7 @@ class AdaptivePolicy:
         # others made choices swing with every slow step (measured in make bench-policy).
         m = max(min(len(c.samples) for c in trusted.values()), 8)
         known = {k: c.lower_quartile(m) for k, c in trusted.items()}
+        self._fractions[bucket] = {k: c.verified_fraction(m) for k, c in trusted.items() if k > 0}
         ks = sorted(known)
         out = {}
         for k in range(self.k_max + 1):
@@ -353,10 +372,27 @@ class AdaptivePolicy:
                 out[k] = known[a] + (known[b] - known[a]) * (k - a) / (b - a)
         return out
 
+    def verified_fraction(self, bucket: int, k: int) -> float:
+        """The fraction of a batch's requests whose ``k`` drafts are verified (the others cut by ``request_k``),
+        as measured in the steps whose cost :meth:`costs` estimates: this bucket's cell of ``k``, else the
+        nearest measured ``k`` of this bucket, else 1.0 (nothing cut)."""
+        if k <= 0:
+            return 1.0
+        self._own_costs(bucket)  # refreshes self._fractions[bucket]
+        own = self._fractions.get(bucket) or {}
+        if not own:
+            return 1.0
+        return own[k] if k in own else own[min(own, key=lambda j: (abs(j - k), j))]
+
+    def expected_yield(self, bucket: int, k: int) -> float:
+        """Tokens per request a step at ``k`` yields: ``1 + u * (E(k) - 1)``, ``u`` the fraction verified."""
+        return 1.0 + self.verified_fraction(bucket, k) * (self.expected_tokens(self.alphas(), k) - 1.0)
+
     def rates(self, bucket: int) -> dict[int, float]:
-        """Expected tokens per second per request, ``E(k) / t(k)``, for every ``k`` with a cost estimate."""
-        al = self.alphas()
-        return {k: self.expected_tokens(al, k) / t for k, t in self.costs(bucket).items() if t > 0}
+        """Expected tokens per second per request, ``(1 + u (E(k) - 1)) / t(k)``, for every ``k`` with a cost
+        estimate: with requests cut from verification, a step at ``k`` costs less than a full one (measured),
+        and yields less (counted here)."""
+        return {k: self.expected_yield(bucket, k) / t for k, t in self.costs(bucket).items() if t > 0}
 
     # -- the decision ----------------------------------------------------------
 
@@ -554,8 +590,9 @@ class AdaptivePolicy:
         if k <= 0 or k not in costs or 0 not in costs or costs[k] <= costs[0]:
             return 0.0
         b = max(self._b, 1)
-        per_token = (costs[k] - costs[0]) / (b * k)
-        rate = b * self.expected_tokens(self.alphas(), k) / costs[k]
+        u = self.verified_fraction(bucket, k)  # t(k) was measured with a fraction u of the batch verified
+        per_token = (costs[k] - costs[0]) / (u * b * k)
+        rate = b * self.expected_yield(bucket, k) / costs[k]
         return per_token * rate
 
     # -- observations -------------------------------------------------------------
@@ -599,7 +636,8 @@ class AdaptivePolicy:
             self.acc_s[j] *= d
             self.acc_n[j] *= d
 
-    def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool) -> None:  # StepShape's fields
+    def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool,
+                 n_verified: int | None = None) -> None:  # StepShape's fields
         """The step finished (end of ``update_from_output``); time it if it was steady."""
         now = self.clock()
         start = self._t_sched
@@ -609,15 +647,17 @@ class AdaptivePolicy:
         if start is None or not pure_decode or b <= 0 or k_verified != k_drafted:
             return
         dt = now - start
+        full = b * k_verified
+        verified = full if n_verified is None else max(0, min(n_verified, full))
         if self.cfg.cost_model is not None:  # tests and simulations: a cost the machine's load cannot change
             plain, per_draft = self.cfg.cost_model
-            dt = b * (plain + per_draft * k_drafted)
+            dt = b * plain + per_draft * verified
         if dt <= 0:
             return
         bk = self.buckets.get(bucket_of(b))
         if bk is None:
             bk = self._new_bucket(bucket_of(b))
-        bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window)).add(dt)
+        bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window)).add(dt, verified / full if full else 1.0)
         self.step_seconds += dt
         self.timed_steps += 1
         if self.step % 64 == 0:
@@ -658,13 +698,14 @@ class AdaptivePolicy:
             bk = self.buckets[bucket]
             costs = self.costs(bucket)
             base = costs.get(0)
-            al = self.alphas()
-            rates = {k: self.expected_tokens(al, k) / t for k, t in costs.items() if t > 0}
+            rates = self.rates(bucket)
             out["buckets"][str(bucket)] = {
                 "best_k": bk.best,
                 "step_ms": {str(k): round(1e3 * c.estimate, 3) for k, c in sorted(bk.cells.items())},
                 "samples": {str(k): c.n for k, c in sorted(bk.cells.items())},
                 "cost_ratio": {str(k): round(t / base, 3) for k, t in sorted(costs.items())} if base else {},
+                "verified_fraction": {str(k): round(self.verified_fraction(bucket, k), 3)
+                                      for k in sorted(costs) if k > 0},
                 "expected_speedup": {str(k): round(r / rates[0], 3)
                                      for k, r in sorted(rates.items())} if rates.get(0) else {},
             }
@@ -719,5 +760,8 @@ def format_summary(s: dict[str, Any]) -> str:
         for b, v in s["buckets"].items():
             ms = ", ".join(f"{k}: {t}" for k, t in v["step_ms"].items()) or "-"
             sp = ", ".join(f"{k}: {x}x" for k, x in v["expected_speedup"].items()) or "-"
+            cut = {k: f for k, f in v.get("verified_fraction", {}).items() if f < 0.995}
+            if cut:  # requests cut from verification: the steps at k verified this fraction of the batch
+                sp += " (verified " + ", ".join(f"{k}: {100 * f:.0f}%" for k, f in cut.items()) + " of the batch)"
             lines.append(f"  {'<= ' + b:<11} {v['best_k']!s:<7} {ms:<36} {sp}")
     return "\n".join(lines)

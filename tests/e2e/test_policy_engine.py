@@ -120,3 +120,6 @@ def test_requests_with_different_acceptance_under_tp2(mixed_run, reference):
     assert r.metrics["accepted"] > 0
     # the requests whose drafts always fail stop being verified (re-probed now and then)
     assert stats["request_cuts"] > 0, stats
+    # ... and the policy counts them: the steps it timed at k > 0 verified only part of the batch
+    fractions = [f for v in stats["buckets"].values() for f in v["verified_fraction"].values()]
+    assert fractions and min(fractions) < 0.9, stats["buckets"]

@@ -89,7 +89,8 @@ def step_shape(scheduler_output: Any) -> StepShape:
     spec = scheduler_output.scheduled_spec_decode_tokens or {}
     pure = not scheduler_output.scheduled_new_reqs and all(n == 1 + len(spec.get(r, ())) for r, n in num.items())
     return StepShape(b=len(num), k_drafted=int(scheduler_output.num_spec_tokens_to_schedule or 0),
-                     k_verified=max((len(v) for v in spec.values()), default=0), pure_decode=pure)
+                     k_verified=max((len(v) for v in spec.values()), default=0), pure_decode=pure,
+                     n_verified=sum(len(v) for v in spec.values()))
 
 
 def _init_wrap(original: Callable[..., None]) -> Callable[..., None]:
