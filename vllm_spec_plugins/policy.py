@@ -372,27 +372,31 @@ class AdaptivePolicy:
                 out[k] = known[a] + (known[b] - known[a]) * (k - a) / (b - a)
         return out
 
-    def verified_fraction(self, bucket: int, k: int) -> float:
+    def verified_fraction(self, bucket: int, k: int, *, fresh: bool = False) -> float:
         """The fraction of a batch's requests whose ``k`` drafts are verified (the others cut by ``request_k``),
         as measured in the steps whose cost :meth:`costs` estimates: this bucket's cell of ``k``, else the
-        nearest measured ``k`` of this bucket, else 1.0 (nothing cut)."""
+        nearest measured ``k`` of this bucket, else 1.0 (nothing cut). ``fresh``: :meth:`costs` was just called
+        for this bucket, which took these fractions with its estimates."""
         if k <= 0:
             return 1.0
-        self._own_costs(bucket)  # refreshes self._fractions[bucket]
+        if not fresh:
+            self._own_costs(bucket)  # refreshes self._fractions[bucket]
         own = self._fractions.get(bucket) or {}
         if not own:
             return 1.0
         return own[k] if k in own else own[min(own, key=lambda j: (abs(j - k), j))]
 
-    def expected_yield(self, bucket: int, k: int) -> float:
+    def expected_yield(self, bucket: int, k: int, *, fresh: bool = False) -> float:
         """Tokens per request a step at ``k`` yields: ``1 + u * (E(k) - 1)``, ``u`` the fraction verified."""
-        return 1.0 + self.verified_fraction(bucket, k) * (self.expected_tokens(self.alphas(), k) - 1.0)
+        u = self.verified_fraction(bucket, k, fresh=fresh)
+        return 1.0 + u * (self.expected_tokens(self.alphas(), k) - 1.0)
 
     def rates(self, bucket: int) -> dict[int, float]:
         """Expected tokens per second per request, ``(1 + u (E(k) - 1)) / t(k)``, for every ``k`` with a cost
         estimate: with requests cut from verification, a step at ``k`` costs less than a full one (measured),
         and yields less (counted here)."""
-        return {k: self.expected_yield(bucket, k) / t for k, t in self.costs(bucket).items() if t > 0}
+        costs = self.costs(bucket)
+        return {k: self.expected_yield(bucket, k, fresh=True) / t for k, t in costs.items() if t > 0}
 
     # -- the decision ----------------------------------------------------------
 
@@ -580,7 +584,7 @@ class AdaptivePolicy:
     def _min_first_acceptance(self) -> float:
         """Least first-position acceptance that pays for a request's verified tokens at the current ``k``.
 
-        Adding one verified token costs about ``(t(k) - t(0)) / (b k)`` seconds (drafting included,
+        Adding one verified token costs about ``(t(k) - t(0)) / (u b k)`` seconds (drafting included,
         so this errs towards keeping drafts) and yields ``a1`` tokens; it pays when
         ``a1 / cost >= tokens per second of the step``.
         """
@@ -590,9 +594,9 @@ class AdaptivePolicy:
         if k <= 0 or k not in costs or 0 not in costs or costs[k] <= costs[0]:
             return 0.0
         b = max(self._b, 1)
-        u = self.verified_fraction(bucket, k)  # t(k) was measured with a fraction u of the batch verified
+        u = self.verified_fraction(bucket, k, fresh=True)  # t(k) was measured with this fraction verified
         per_token = (costs[k] - costs[0]) / (u * b * k)
-        rate = b * self.expected_yield(bucket, k) / costs[k]
+        rate = b * self.expected_yield(bucket, k, fresh=True) / costs[k]
         return per_token * rate
 
     # -- observations -------------------------------------------------------------
