@@ -260,7 +260,6 @@ class AdaptivePolicy:
         self.acc_s = [1.0] * k_max
         self.acc_n = [2.0] * k_max
         self.buckets: dict[int, _Bucket] = {}
-        self._fractions: dict[int, dict[int, float]] = {}  # per bucket: the verified fraction of its measured k
         self.requests: dict[str, _Request] = {}
         self.step = 0
         self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
@@ -343,11 +342,15 @@ class AdaptivePolicy:
                     best, dist = c, d
         return best
 
-    def _own_costs(self, bucket: int) -> dict[int, float]:
+    def _trusted(self, bucket: int) -> tuple[dict[int, _Cell], int]:
+        """A bucket's cells with enough samples to be trusted, and how many of each cell's latest samples its
+        estimates are taken over (see :meth:`_own_costs`)."""
         bk = self.buckets.get(bucket)
-        if bk is None:
-            return {}
-        trusted = {k: c for k, c in bk.cells.items() if c.n >= self.cfg.min_samples}
+        trusted = {k: c for k, c in bk.cells.items() if c.n >= self.cfg.min_samples} if bk else {}
+        return trusted, max(min((len(c.samples) for c in trusted.values()), default=0), 8)
+
+    def _own_costs(self, bucket: int) -> dict[int, float]:
+        trusted, m = self._trusted(bucket)
         if not trusted:
             return {}
         # Compare like with like: every cell's lower quartile over as many (of its latest) samples
@@ -356,9 +359,7 @@ class AdaptivePolicy:
         # against one of 4 is a different statistic, and the old samples of the chosen k date from
         # other load on the machine. Below 8, the minimum of 3 samples against the minimum of 3
         # others made choices swing with every slow step (measured in make bench-policy).
-        m = max(min(len(c.samples) for c in trusted.values()), 8)
         known = {k: c.lower_quartile(m) for k, c in trusted.items()}
-        self._fractions[bucket] = {k: c.verified_fraction(m) for k, c in trusted.items() if k > 0}
         ks = sorted(known)
         out = {}
         for k in range(self.k_max + 1):
@@ -372,31 +373,25 @@ class AdaptivePolicy:
                 out[k] = known[a] + (known[b] - known[a]) * (k - a) / (b - a)
         return out
 
-    def verified_fraction(self, bucket: int, k: int, *, fresh: bool = False) -> float:
+    def verified_fraction(self, bucket: int, k: int) -> float:
         """The fraction of a batch's requests whose ``k`` drafts are verified (the others cut by ``request_k``),
-        as measured in the steps whose cost :meth:`costs` estimates: this bucket's cell of ``k``, else the
-        nearest measured ``k`` of this bucket, else 1.0 (nothing cut). ``fresh``: :meth:`costs` was just called
-        for this bucket, which took these fractions with its estimates."""
-        if k <= 0:
+        over the samples whose cost :meth:`costs` estimates: this bucket's cell of ``k``, else the nearest
+        measured ``k > 0`` of this bucket, else 1.0 (nothing cut)."""
+        trusted, m = self._trusted(bucket)
+        own = [j for j in trusted if j > 0]
+        if k <= 0 or not own:
             return 1.0
-        if not fresh:
-            self._own_costs(bucket)  # refreshes self._fractions[bucket]
-        own = self._fractions.get(bucket) or {}
-        if not own:
-            return 1.0
-        return own[k] if k in own else own[min(own, key=lambda j: (abs(j - k), j))]
+        return trusted[min(own, key=lambda j: (abs(j - k), j))].verified_fraction(m)
 
-    def expected_yield(self, bucket: int, k: int, *, fresh: bool = False) -> float:
+    def expected_yield(self, bucket: int, k: int) -> float:
         """Tokens per request a step at ``k`` yields: ``1 + u * (E(k) - 1)``, ``u`` the fraction verified."""
-        u = self.verified_fraction(bucket, k, fresh=fresh)
-        return 1.0 + u * (self.expected_tokens(self.alphas(), k) - 1.0)
+        return 1.0 + self.verified_fraction(bucket, k) * (self.expected_tokens(self.alphas(), k) - 1.0)
 
     def rates(self, bucket: int) -> dict[int, float]:
         """Expected tokens per second per request, ``(1 + u (E(k) - 1)) / t(k)``, for every ``k`` with a cost
         estimate: with requests cut from verification, a step at ``k`` costs less than a full one (measured),
         and yields less (counted here)."""
-        costs = self.costs(bucket)
-        return {k: self.expected_yield(bucket, k, fresh=True) / t for k, t in costs.items() if t > 0}
+        return {k: self.expected_yield(bucket, k) / t for k, t in self.costs(bucket).items() if t > 0}
 
     # -- the decision ----------------------------------------------------------
 
@@ -594,9 +589,9 @@ class AdaptivePolicy:
         if k <= 0 or k not in costs or 0 not in costs or costs[k] <= costs[0]:
             return 0.0
         b = max(self._b, 1)
-        u = self.verified_fraction(bucket, k, fresh=True)  # t(k) was measured with this fraction verified
+        u = self.verified_fraction(bucket, k)  # t(k) was measured with this fraction verified
         per_token = (costs[k] - costs[0]) / (u * b * k)
-        rate = b * self.expected_yield(bucket, k, fresh=True) / costs[k]
+        rate = b * self.expected_yield(bucket, k) / costs[k]
         return per_token * rate
 
     # -- observations -------------------------------------------------------------

@@ -48,9 +48,9 @@ def simulate(policy: AdaptivePolicy, clock: Clock, *, steps: int, b: int, cost, 
             tokens += 1 + acc
             if n:
                 policy.observe_request(f"r{r}", n, acc)
-        kv = max(drafts.values(), default=0)
-        clock.t += cost(b, sum(drafts.values()) if per_token else kv, k)
-        policy.end_step(b=b, k_drafted=k, k_verified=kv, pure_decode=True, n_verified=sum(drafts.values()))
+        kv, nv = max(drafts.values(), default=0), sum(drafts.values())
+        clock.t += cost(b, nv if per_token else kv, k)
+        policy.end_step(b=b, k_drafted=k, k_verified=kv, pure_decode=True, n_verified=nv)
         prev_k = k
     policy._sim_prev_k = prev_k
     return {"tokens": tokens, "seconds": clock.t - t_start, "rate": tokens / (clock.t - t_start), "ks": ks}
