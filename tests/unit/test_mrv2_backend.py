@@ -207,3 +207,48 @@ def test_doctor_says_which_runner_plugin_drafters_get():
     plain = _doctor_line({"VLLM_USE_V2_MODEL_RUNNER": ""})
     assert len(plain) == 1 and "the V1 model runner" in plain[0] and "Triton has no backend" in plain[0]
     assert "VLLM_SPEC_PLUGINS_RUNNER=v1 keeps" in _doctor_line({**env, "VLLM_SPEC_PLUGINS_RUNNER": "v1"})[0]
+
+
+# -- the test-only Triton backend ---------------------------------------------------------------------------
+
+
+def test_the_interpreter_skips_only_overflow_checks_it_would_discard(tmp_path):
+    """The backend turns off ``sanitize_overflow`` in Triton's interpreter, whose checks are discarded while
+    ``debug`` is off; with ``debug`` on they would be asserted, and are kept. An interpreted kernel's result is
+    unchanged."""
+    import dataclasses
+    import os
+
+    from vllm_spec_plugins.testing.mrv2 import fake_triton_site, mrv2_env
+
+    code = tmp_path / "compiler.py"
+    code.write_text(open(os.path.join(fake_triton_site(), "vsp_fake_triton_cpu", "compiler.py")).read())
+    ns: dict = {}
+    exec(compile(code.read_text(), str(code), "exec"), ns)  # the backend's own source
+    sys.meta_path.remove(next(f for f in sys.meta_path if type(f).__name__ == "_SkipDiscardedOverflowChecks"))
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        debug: bool
+        sanitize_overflow: bool = True
+
+    for debug in (False, True):
+        module = types.SimpleNamespace(interpreter_builder=types.SimpleNamespace(options=Options(debug)))
+        ns["_no_overflow_checks"](module)
+        assert module.interpreter_builder.options.sanitize_overflow is debug
+
+    probe = """
+import torch, triton, triton.language as tl
+from triton.runtime import interpreter
+@triton.jit
+def add(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n) * 3, mask=i < n)
+x, y = torch.arange(8, dtype=torch.int32), torch.full((8,), 2**29, dtype=torch.int32)
+out = torch.empty_like(x)
+add[(1,)](x, y, out, 8, BLOCK=8)
+print(interpreter.interpreter_builder.options.sanitize_overflow, out.tolist())
+"""
+    env = {**os.environ, **mrv2_env()}
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.split(None, 1) == ["False", str((torch.arange(8, dtype=torch.int32) + 3 * 2**29).tolist()) + "\n"]
