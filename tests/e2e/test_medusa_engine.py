@@ -124,9 +124,11 @@ def test_requesting_a_broken_plugin_says_how_to_fix_or_skip_it(tiny, broken_plug
 
 
 def test_tensor_parallel_2_equals_tp1(tiny, baseline, ours):
+    """With the processes vLLM's CPU build starts, spawned: each worker a fresh interpreter that discovers the
+    plugins itself. (The other TP=2 engine tests fork them, as vLLM does where the platform allows it.)"""
     spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   tensor_parallel_size=2, env=POLICY_OFF)
+                   tensor_parallel_size=2, env=POLICY_OFF, start_method="spawn")
     assert r.outputs == baseline.outputs
     assert r.accepted_per_pos == ours.accepted_per_pos
 

@@ -114,3 +114,22 @@ def test_jobs_from_two_threads_run_at_the_same_time_on_two_servers(tmp_path, mon
     assert all(_probe(log)["vllm_loaded"] for _, log in out.values()), "a job ran outside a server"
     assert len(forkserver._servers) == 2 and not any(s.busy for s in forkserver._servers)
     forkserver._close_all()
+
+
+def test_engines_start_vllm_processes_with_the_method_asked_for(monkeypatch):
+    """``run_engine(start_method=...)``: the CPU platform's ``spawn`` is replaced by ``fork`` right after it is set,
+    and left alone for ``spawn``; any other value is refused before an engine starts."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    from vllm_spec_plugins.testing import engine
+
+    def cpu_platform_sets_spawn(cls, vllm_config):
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+
+    for method, want in (("spawn", "spawn"), ("fork", "fork")):
+        monkeypatch.setattr(CpuPlatform, "check_and_update_config", classmethod(cpu_platform_sets_spawn))
+        engine._start_processes_with(method)
+        CpuPlatform.check_and_update_config(None)
+        assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == want, method
+    with pytest.raises(ValueError, match="start_method must be 'fork' or 'spawn', got 'forkserver'"):
+        engine.run_engine("unused", start_method="forkserver")

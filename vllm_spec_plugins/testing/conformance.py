@@ -269,7 +269,8 @@ class ConformanceSuite:
         prompts, n = PROMPTS[:4], 48
         base = _baseline(vsp_run["target"], prompts, n, self.timeout, self.runner)
         r = run_engine(vsp_run["target"], speculative_config=vsp_run["spec"], prompts=prompts, max_tokens=n,
-                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout, runner=self.runner)
+                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout, runner=self.runner,
+                       start_method="spawn")  # as vLLM's CPU build starts them: the plugin loads in fresh workers
         assert r.outputs == base.outputs
         assert r.metrics.get("accepted", 0) > 0
 
