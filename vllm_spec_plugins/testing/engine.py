@@ -119,7 +119,7 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
             extra["PYTHONPATH"] = chosen["PYTHONPATH"]
     if start_method not in ("fork", "spawn"):
         raise ValueError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
-    extra.setdefault("VLLM_SPEC_PLUGINS_TEST_START_METHOD", start_method)
+    extra["VLLM_SPEC_PLUGINS_TEST_START_METHOD"] = start_method  # the parameter, not a stray env entry, decides
     if tensor_parallel_size > 1:
         extra.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tensor_parallel_size)))
     else:

@@ -32,7 +32,9 @@ RUNNERS = ("v1", "v2")
 _PACKAGE = "vsp_fake_triton_cpu"
 _FILES = {
     f"{_PACKAGE}/__init__.py": '"""A test-only Triton backend named cpu (vllm_spec_plugins.testing.mrv2)."""\n',
-    f"{_PACKAGE}/compiler.py": '''from triton.backends.compiler import BaseBackend
+    f"{_PACKAGE}/compiler.py": '''import sys
+
+from triton.backends.compiler import BaseBackend
 
 
 class FakeCPUBackend(BaseBackend):
@@ -71,7 +73,6 @@ class _SkipDiscardedOverflowChecks:
         if fullname != self.name:
             return None
         import importlib.util
-        import sys
 
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
@@ -93,8 +94,6 @@ def _no_overflow_checks(interpreter):
     if builder.options.sanitize_overflow and not builder.options.debug:
         builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
 
-
-import sys  # noqa: E402
 
 sys.meta_path.insert(0, _SkipDiscardedOverflowChecks())
 ''',
