@@ -13,8 +13,11 @@ import pytest
 from vllm_spec_plugins.testing import forkserver
 
 PROBE = textwrap.dedent("""
-    import json, os, sys
-    out = {"flag": os.environ.get("VLLM_SPEC_PLUGINS_PROBE"), "cwd": os.getcwd(), "path": sys.path,
+    import gc, json, os, sys
+    class Cycle: pass
+    c = Cycle(); c.me = c; del c
+    out = {"frozen": gc.get_freeze_count(), "gc_on": gc.isenabled(), "collected": gc.collect(),
+           "flag": os.environ.get("VLLM_SPEC_PLUGINS_PROBE"), "cwd": os.getcwd(), "path": sys.path,
            "ours_loaded": [m for m in sys.modules if m.startswith("vllm_spec_plugins")],
            "vllm_loaded": "vllm" in sys.modules, "pid": os.getpid(), "pgid": os.getpgid(0)}
     print("PROBE " + json.dumps(out))
@@ -65,6 +68,8 @@ def test_jobs_get_their_own_environment_folder_path_and_exit_code(tmp_path, monk
     assert first["ours_loaded"] == [], "the server imported this package: it would not start fresh in each job"
     assert first["path"][:2] == [str(work), str(mods)]
     assert first["pgid"] == first["pid"]
+    assert first["frozen"] > 100_000, "the server's import was not frozen: every job's collections walk it"
+    assert first["gc_on"] and first["collected"] > 0, "a job's own garbage is no longer collected"
     assert len(forkserver._servers) == 1
 
     rc, log = forkserver.run_module(sys.executable, "vsp_probe_job", [],
