@@ -106,6 +106,8 @@ def test_tensor_parallel_2(tiny, baseline):
     assert r.outputs == baseline.outputs
     assert r.metrics["accepted"] > 0
     assert INFO.format(tiny["eagle"]) in r.log
+    # the test kit's fork server froze vLLM's import; a job's exit must collect it as a plain process's does
+    assert "nanobind: leaked" not in r.log
 
 
 def test_third_party_attention_drafter_gets_extras_and_state(tiny, baseline, tmp_path):

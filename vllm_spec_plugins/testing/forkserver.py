@@ -13,9 +13,11 @@ Once vLLM is imported, the server moves everything the import left into the garb
 collector's permanent generation (``gc.freeze()``, the usual move before forking workers), so a
 job's collections no longer walk vLLM's and torch's millions of objects. vLLM collects
 explicitly about ten times while it starts an engine (around each model load and memory
-measurement): without the freeze a small TP=1 engine took 9 s here, with it 6 s (V1; an MRV2
-engine 16 s and 14 s; medians of 3, side by side, same outputs). The garbage collector stays
-on for whatever a job creates.
+measurement). A small TP=1 engine took 8.3 s instead of 10.3 on V1 and 14.4 s instead of 18.4
+on MRV2 (medians of 3, side by side, same outputs); TP=2 engines gained little (18.1 s and 18.5).
+The garbage collector stays on for whatever a job creates, and a job unfreezes the import as it
+exits, so its exit collects it as a plain process's exit does (frozen, Triton's bindings warn of
+leaked objects at exit).
 
 What the fork cannot change is read once, at ``import vllm``: the interpreter, and every
 environment variable outside :data:`READ_AFTER_IMPORT` (``LD_PRELOAD``, ``PYTHONPATH``,
@@ -89,6 +91,7 @@ os.chdir(job["cwd"])
 job_entries = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
 sys.path[:] = [os.getcwd(), *job_entries, *(p for p in sys.path[1:] if p not in entries)]
 import importlib; importlib.invalidate_caches()
+import atexit; atexit.register(gc.unfreeze)  # runs last: the exit collects the import as a plain process's does
 sys.argv = [job["argv"][0], *job["argv"][1:]]
 import runpy
 runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
