@@ -166,7 +166,7 @@ def test_a_batch_that_accepts_alike_is_not_cut_by_chance(b, alpha, cost, per_tok
     observations, so some requests always look worse than the rest by chance; cut on that estimate alone (before
     ``request_confidence``), the batch of 16 cut 6-43 % of its request-steps and reached 0.94-0.97 of the best
     fixed ``k`` (at 0.55 the cuts made drafting look worse than it is, and it stayed off), the batch of 8 reached
-    0.89. A request is cut only when its drafts surely fail."""
+    0.89. A request below break-even is cut only when it surely accepts less than the rest of the batch."""
     kmax = 2 if b == 16 else 3
     kw = dict(steps=4000, b=b, cost=cost, alpha=lambda s: alpha, per_token=per_token)
     best = max(fixed_k(kmax, k, **kw) for k in range(kmax + 1))
