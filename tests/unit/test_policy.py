@@ -149,18 +149,18 @@ def test_a_request_whose_drafts_fail_is_cut_and_re_probed():
     assert r0.accepted[0] / r0.verified[0] > 0.8
 
 
-def _compute_bound_16(b, verified, kd):
-    """A 2-core CPU at batch 16: a verified draft token costs 0.45 of a plain token, drafting 0.1 per request."""
-    return 0.001 * (b + 0.45 * verified) + 0.0001 * b * kd + 0.002
+def compute_bound(verify: float, fixed: float = 0.003):
+    """A compute-bound machine, for ``simulate(..., per_token=True)``: a plain token costs 1 ms per request, each draft
+    token verified over the batch ``verify`` of that, drafting 0.1 ms per request per ``k``, plus ``fixed`` a step."""
+    def cost(b, verified, kd):
+        return 0.001 * (b + verify * verified) + 0.0001 * b * kd + fixed
 
-
-def _gpu_like_8(b, kv, kd):
-    return 0.020 * (1 + 0.03 * b * kv / 4) + 0.002 * kd
+    return cost
 
 
 @pytest.mark.parametrize("b, alpha, cost, per_token", [
-    (16, 0.55, _compute_bound_16, True), (16, 0.6, _compute_bound_16, True), (16, 0.7, _compute_bound_16, True),
-    (8, 0.3, _gpu_like_8, False)])
+    (16, 0.55, compute_bound(0.45, 0.002), True), (16, 0.6, compute_bound(0.45, 0.002), True),
+    (16, 0.7, compute_bound(0.45, 0.002), True), (8, 0.3, gpu_like, False)])
 def test_a_batch_that_accepts_alike_is_not_cut_by_chance(b, alpha, cost, per_token):
     """Every request accepts with the same probability. A request's own estimate rests on about a dozen decayed
     observations, so some requests always look worse than the rest by chance; cut on that estimate alone (before
@@ -185,8 +185,7 @@ def test_cut_requests_do_not_flatter_drafting(verify, good):
     the cheaper steps at the full batch's yield expected 1.10-1.14x from ``k = 1`` and got 0.957x and 0.969x of
     plain decoding (the first two cases); where the uncut half drafts well enough, drafting with cuts pays and
     stays on (the third)."""
-    def cost(b, verified, kd):
-        return 0.001 * (b + verify * verified) + 0.0001 * b * kd + 0.003
+    cost = compute_bound(verify)
 
     def run(settings):
         clock = Clock()
@@ -211,9 +210,7 @@ def test_the_failing_half_of_a_mixed_batch_is_cut(b, verify):
     rule that asked a request to be surely below break-even (its estimate plus two standard errors; the estimate is
     shrunk towards the pooled acceptance and rests on a dozen observations, so that bound stays near the pool)
     cut none of them where verification is cheap, and reached 1.00x of the best fixed ``k``."""
-    def cost(b, verified, kd):
-        return 0.001 * (b + verify * verified) + 0.0001 * b * kd + 0.003
-
+    cost = compute_bound(verify)
     kw = dict(steps=3000, b=b, cost=cost, alpha=None, per_token=True,
               req_alpha=lambda s, r: 0.1 if r < b // 2 else 0.8)
     best = max(fixed_k(3, k, **kw) for k in range(4))
