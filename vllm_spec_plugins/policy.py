@@ -26,7 +26,7 @@ What it measures:
   steps only (no prefill tokens, the drafts verified were made with the same ``k``), as
   the lower quartile of the last 16 samples per batch-size bucket and ``k`` (steps slowed
   down by something else on the machine do not count), cells compared over equally many
-  of their latest samples.
+  of their latest samples, at least 16 (a spell of slow steps shorter than 13 does not move them).
 
 Drafting must beat plain decoding by ``draft_margin`` (3 %) to be chosen: a smaller
 expected gain is within the noise of a shared machine.
@@ -108,6 +108,13 @@ class PolicySettings:
     the 5-10 % its cut gains (``test_the_failing_half_of_a_mixed_batch_is_cut``)."""
     cost_window: int = 16
     """Step-time samples per ``(batch-size bucket, k)`` whose lower quartile is the cost estimate."""
+    compare_samples: int = 16
+    """Cells are compared over at least this many of their latest samples (all a cell has, when fewer). The ``k``
+    in use is timed every step, the others only at probes, maybe hundreds of steps earlier; its lower quartile
+    over its latest 8 samples rose with every spell of 7 or more slow steps on the machine (common on this
+    project's shared CPU machine: 6-10 steps of 1.3-1.7x), while the old samples of the others did not, so a spell
+    alone switched ``k`` until the next probe (up to ``max_probe_interval`` steps). Over 16, a spell must last 13
+    steps; a lasting change of load is still followed, 13 steps later."""
     min_samples: int = 3
     """Steady samples of a ``(bucket, k)`` cell before it is trusted."""
     probe_steps: int = 2
@@ -358,18 +365,19 @@ class AdaptivePolicy:
         estimates are taken over (see :meth:`_own_costs`)."""
         bk = self.buckets.get(bucket)
         trusted = {k: c for k, c in bk.cells.items() if c.n >= self.cfg.min_samples} if bk else {}
-        return trusted, max(min((len(c.samples) for c in trusted.values()), default=0), 8)
+        return trusted, max(min((len(c.samples) for c in trusted.values()), default=0), self.cfg.compare_samples)
 
     def _own_costs(self, bucket: int) -> dict[int, float]:
         trusted, m = self._trusted(bucket)
         if not trusted:
             return {}
         # Compare like with like: every cell's lower quartile over as many (of its latest) samples
-        # as the least-sampled cell has, but at least 8 (or all a cell has). The chosen k gathers
-        # samples every step while the others only get a probe's worth; a quantile of 16 samples
-        # against one of 4 is a different statistic, and the old samples of the chosen k date from
-        # other load on the machine. Below 8, the minimum of 3 samples against the minimum of 3
-        # others made choices swing with every slow step (measured in make bench-policy).
+        # as the least-sampled cell has, but at least compare_samples (or all a cell has; with the
+        # defaults, the whole window of 16). The chosen k gathers samples every step while the others
+        # only get a probe's worth. Below 8, the minimum of 3 samples against the minimum of 3 others
+        # made choices swing with every slow step (measured in make bench-policy); at 8, a spell of 7
+        # slow steps of the k in use made it look dearer than the others, timed at quieter probes, and
+        # switched k until the next probe (see PolicySettings.compare_samples).
         known = {k: c.lower_quartile(m) for k, c in trusted.items()}
         ks = sorted(known)
         out = {}

@@ -174,7 +174,7 @@ def test_a_batch_that_accepts_alike_is_not_cut_by_chance(b, alpha, cost, per_tok
     pol = AdaptivePolicy(kmax, clock=clock)
     out = simulate(pol, clock, **kw)
     assert out["rate"] >= 0.99 * best, (out["rate"] / best, pol.request_cuts, pol.summary()["buckets"])
-    assert pol.request_cuts <= 0.01 * b * kw["steps"], pol.request_cuts
+    assert pol.request_cuts <= 0.02 * b * kw["steps"], pol.request_cuts
 
 
 @pytest.mark.parametrize("verify, good", [(0.3, 0.4), (0.4, 0.5), (0.3, 0.6)])
@@ -354,22 +354,58 @@ def test_a_gain_within_the_noise_margin_is_not_taken():
 
 
 def test_costs_compare_like_with_like():
-    """The chosen k has 16 samples, the oldest half from a quieter time; plain decoding was probed
-    4 times, all under the current load. The chosen k's cost is the lower quartile of its latest
-    8 samples (at least 8, as many as the least-sampled cell otherwise), not of all 16."""
+    """The chosen k has 16 samples; plain decoding was probed 4 times, all under the current load. A lasting rise
+    of load (the chosen k's latest 13 samples slower) raises its cost; a spell of 12 slow steps does not: its
+    cost is the lower quartile of its latest 16 samples (at least ``compare_samples``, as many as the
+    least-sampled cell otherwise), and the 4 probes' lower quartile is their minimum."""
     from vllm_spec_plugins.policy import _Bucket, _Cell
 
-    pol = AdaptivePolicy(2)
-    bk = pol.buckets[4] = _Bucket(interval=16)
-    bk.cells[2] = _Cell()
-    for t in [0.012] * 8 + [0.030] * 8:  # load rose: k=2 steps now take 30 ms
-        bk.cells[2].add(t)
-    bk.cells[0] = _Cell()
-    for t in [0.021] * 4:  # plain steps probed under the same load
-        bk.cells[0].add(t)
-    costs = pol.costs(4)
-    assert costs[2] == pytest.approx(0.030) and costs[0] == pytest.approx(0.021)
-    assert costs[1] == pytest.approx(0.0255)
+    for slow, expect in ((13, 0.030), (12, 0.012)):
+        pol = AdaptivePolicy(2)
+        bk = pol.buckets[4] = _Bucket(interval=16)
+        bk.cells[2] = _Cell()
+        for t in [0.012] * (16 - slow) + [0.030] * slow:  # load rose: k=2 steps now take 30 ms
+            bk.cells[2].add(t)
+        bk.cells[0] = _Cell()
+        for t in [0.024, 0.021, 0.022, 0.025]:  # plain steps probed under the same load
+            bk.cells[0].add(t)
+        costs = pol.costs(4)
+        assert costs[2] == pytest.approx(expect) and costs[0] == pytest.approx(0.021)
+        assert costs[1] == pytest.approx((expect + 0.021) / 2)
+
+
+def _slow_spells(base, every: int, length: int, factor: float):
+    """``base``, but ``length`` steps out of every ``every`` take ``factor`` times longer, whatever k is."""
+    n = [0]
+
+    def cost(b, kv, kd):
+        n[0] += 1
+        return base(b, kv, kd) * (factor if n[0] % every < length else 1.0)
+
+    return cost
+
+
+def _cpu_batch_16(b, kv, kd):
+    """This CPU at batch 16 with the EAGLE-1 draft (2026-12-03, per-step times inside the engine, pinned k): a plain
+    step 48 ms, verifying one draft token per request 1.83x that, two 2.4x."""
+    return 0.003 * b + 0.0024 * b * kv + 0.0001 * b * kd - 0.0008 * b * (kv == 2)
+
+
+@pytest.mark.parametrize("every, length, factor", [(40, 8, 1.6), (60, 10, 1.5), (50, 12, 1.4), (80, 8, 1.7),
+                                                   (30, 6, 1.5)])
+def test_spells_of_slow_steps_do_not_switch_k(every, length, factor):
+    """Spells of 6-12 steps at 1.4-1.7x the usual time, whatever k is (what a shared 2-core machine does: seen in
+    the engine's own step times at batch 16). The k in use is timed every step, the others at probes long before;
+    when its cells were compared over their latest 8 samples, a spell of 7 made the k in use look dearer and
+    switched k until the next probe: 0.948-0.995 of the best fixed k (EAGLE-1 at batch 16 on this CPU, where plain
+    decoding is best), 0.979 on average. Over 16: 0.991 or more."""
+    for alpha in (0.45, 0.6):
+        kw = dict(steps=2000, b=16, alpha=lambda s, a=alpha: a)
+        best = max(fixed_k(2, k, cost=_slow_spells(_cpu_batch_16, every, length, factor), **kw) for k in range(3))
+        clock = Clock()
+        out = simulate(AdaptivePolicy(2, clock=clock), clock, cost=_slow_spells(_cpu_batch_16, every, length, factor),
+                       **kw)
+        assert out["rate"] >= 0.985 * best, (alpha, out["rate"] / best)
 
 
 def test_a_position_not_drafted_keeps_what_it_last_saw():
