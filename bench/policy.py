@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--parallel-start", action="store_true",
                     help="start a group's engines at once (faster; start-up seconds are then not comparable)")
     ap.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up request (default: --max-tokens)")
+    ap.add_argument("--step-log", type=Path, default=None, metavar="DIR",
+                    help="log every step of every plugin row's engine (batch size, k, seconds) to DIR/<row>-<pid>.tsv; "
+                         "python -m bench.steplog DIR summarises them")
     return ap
 
 
@@ -116,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     runtime = {} if args.no_iomp else cpu_runtime_env()
     for r in rows.values():
         r["env"] = {**runtime, **r["env"]}
+    if args.step_log:
+        from bench.steplog import env_for
+
+        args.step_log.mkdir(parents=True, exist_ok=True)
+        for name, r in rows.items():
+            if r["spec"] and "model" in r["spec"]:  # the plugin rows: the adaptive policy runs in their engines
+                r["env"] = {**r["env"], **env_for(name, args.step_log.resolve())}
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts)
     # At most four engines alive at once (about 3.5 GB each with SmolLM2 in float32 on the CPU build).
