@@ -87,10 +87,12 @@ def summarize(path: Path, sequence: bool = False) -> str:
         if pure and kd == kv:
             cells[(b, kd)].append(1e3 * dt)
     by_k: dict[int, int] = defaultdict(int)
-    for _, kd, *_ in steps:
-        by_k[kd] += 1
-    lines = [f"{path.name}: {len(steps)} steps, drafted " + ", ".join(
-        f"k={k}: {100 * n / max(len(steps), 1):.0f}%" for k, n in sorted(by_k.items())),
+    for b, kd, *_ in steps:
+        if b:  # a step with no request (a batch just finished) asks for vLLM's K without the policy deciding
+            by_k[kd] += 1
+    n = sum(by_k.values())
+    lines = [f"{path.name}: {n} steps with requests, drafted " + ", ".join(
+        f"k={k}: {100 * c / max(n, 1):.0f}%" for k, c in sorted(by_k.items())),
         f"  {'batch':>5} {'k':>2} {'steps':>5} {'lower quartile ms':>17} {'median ms':>9}"]
     for (b, k), v in sorted(cells.items()):
         lq = sorted(v)[(len(v) - 1) // 4]

@@ -32,9 +32,12 @@ def test_each_step_is_logged_as_the_policy_timed_it(tmp_path, restore_end_step):
     assert rows[0] == (4, 1, 0, 0, True, pytest.approx(0.010))  # the first step verifies nothing yet
     assert rows[1:] == [(4, 1, 1, 4, True, pytest.approx(0.015))] * 9
     out = steplog.summarize(log, sequence=True)
-    assert "10 steps, drafted k=1: 100%" in out
+    assert "10 steps with requests, drafted k=1: 100%" in out
     assert "      4  1     9              15.0      15.0" in out  # batch 4, k 1, 9 steady steps (the first is not)
     assert "4/10:10 4/11:15" in out
+    with log.open("a") as f:  # an empty step (a batch just finished): vLLM's K, not the policy's choice
+        f.write("0\t2\t0\t0\t1\t0.002\n")
+    assert "10 steps with requests, drafted k=1: 100%" in steplog.summarize(log)
 
 
 def test_a_log_directory_that_is_not_one_is_refused_without_stopping_anything(tmp_path, capsys, restore_end_step):
