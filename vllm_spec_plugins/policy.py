@@ -26,7 +26,10 @@ What it measures:
   steps only (no prefill tokens, the drafts verified were made with the same ``k``), as
   the lower quartile of the last 16 samples per batch-size bucket and ``k`` (steps slowed
   down by something else on the machine do not count), cells compared over equally many
-  of their latest samples, at least 16 (a spell of slow steps shorter than 13 does not move them).
+  of their latest samples, at least 16 (a spell of slow steps shorter than 13 does not move them);
+  a ``k`` other than the one in use is estimated from its probes' cost relative to the steps
+  of the ``k`` in use timed around them (``paired``), times the cost of the ``k`` in use now, so
+  that a spell of slow steps moves every estimate alike.
 
 Drafting must beat plain decoding by ``draft_margin`` (3 %) to be chosen: a smaller
 expected gain is within the noise of a shared machine.
@@ -45,6 +48,7 @@ import json
 import math
 import os
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -108,6 +112,11 @@ class PolicySettings:
     the 5-10 % its cut gains (``test_the_failing_half_of_a_mixed_batch_is_cut``)."""
     cost_window: int = 16
     """Step-time samples per ``(batch-size bucket, k)`` whose lower quartile is the cost estimate."""
+    paired: bool = True
+    """Estimate a ``k`` other than the one in use from its cost *relative to* the steps timed around its probes (the
+    median of its last 3 probes' ratios), times the cost of the ``k`` in use now; off: from its own samples, which
+    date from its probes, maybe hundreds of steps ago. A slow spell on the machine that raises the ``k`` in use
+    then raises the estimates of the others with it (docs/benchmarks.md, "Spells of slow steps")."""
     compare_samples: int = 16
     """Cells are compared over at least this many of their latest samples (all a cell has, when fewer). The ``k``
     in use is timed every step, the others only at probes, maybe hundreds of steps earlier; its lower quartile
@@ -200,6 +209,14 @@ class _Cell:
     n: int = 0
     estimate: float = 0.0
     """The current estimate (the lower quartile of the window)."""
+    run_start: int = -1
+    """The policy's step at the first sample of this cell's latest run of consecutive samples (a probe)."""
+    last_step: int = -1
+    """The policy's step at its latest sample."""
+    ratios: list[tuple[int, float]] = field(default_factory=list)
+    """Per run (probe), its cost relative to the ``k`` timed around it: ``(that k, ratio)``, the latest few."""
+    ratio_run: int = -1
+    """``run_start`` of the run whose ratio is ``ratios[-1]``."""
 
     def add(self, t: float, fraction: float = 1.0) -> None:
         self.samples.append(t)
@@ -245,6 +262,16 @@ class _Bucket:
     interval: int = 0
     probe_turn: int = 0
     """Which of the other k values the next probe measures (round robin)."""
+    history: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=PAIR_HISTORY))
+    """The latest timed steps of this bucket, ``(step, k, seconds)``: a probe's samples and those around it."""
+
+
+#: Timed steps of a bucket kept to pair a probe with the steps around it (:meth:`AdaptivePolicy._pair`).
+PAIR_HISTORY = 96
+#: A probe is paired with the steps of another ``k`` from this many steps before it to this many after it.
+PAIR_BEFORE, PAIR_AFTER = 24, 12
+#: Probes (runs) whose ratios are kept per cell; their median is the cell's ratio.
+PAIR_KEEP = 3
 
 
 @dataclass
@@ -367,6 +394,33 @@ class AdaptivePolicy:
         trusted = {k: c for k, c in bk.cells.items() if c.n >= self.cfg.min_samples} if bk else {}
         return trusted, max(min((len(c.samples) for c in trusted.values()), default=0), self.cfg.compare_samples)
 
+    def _pair(self, bk: _Bucket, k: int, cell: _Cell) -> None:
+        """The cost of ``k``'s latest run of samples (a probe) relative to the ``k`` timed most around it (from
+        ``PAIR_BEFORE`` steps before to ``PAIR_AFTER`` after): the ratio of their lower quartiles, both timed under
+        the same load. Needs at least 3 samples of that other ``k``."""
+        s0, s1 = cell.run_start, cell.last_step
+        run, around = [], []
+        for step, j, t in bk.history:
+            if j == k:
+                if s0 <= step <= s1:
+                    run.append(t)
+            elif s0 - PAIR_BEFORE <= step <= s1 + PAIR_AFTER:
+                around.append((j, t))
+        if not run or not around:
+            return
+        ref = Counter(j for j, _ in around).most_common(1)[0][0]
+        ts = sorted(t for j, t in around if j == ref)
+        if len(ts) < 3:
+            return
+        run.sort()
+        ratio = run[(len(run) - 1) // 4] / ts[(len(ts) - 1) // 4]
+        if cell.ratios and cell.ratios[-1][0] == ref and cell.ratio_run == s0:
+            cell.ratios[-1] = (ref, ratio)  # the same probe, more steps around it
+        else:
+            cell.ratios.append((ref, ratio))
+            del cell.ratios[:-PAIR_KEEP]
+        cell.ratio_run = s0
+
     def _own_costs(self, bucket: int) -> dict[int, float]:
         trusted, m = self._trusted(bucket)
         if not trusted:
@@ -379,6 +433,17 @@ class AdaptivePolicy:
         # slow steps of the k in use made it look dearer than the others, timed at quieter probes, and
         # switched k until the next probe (see PolicySettings.compare_samples).
         known = {k: c.lower_quartile(m) for k, c in trusted.items()}
+        bk = self.buckets[bucket]
+        if self.cfg.paired and bk.best in known:
+            # Timed at other moments than the k in use: scale the k in use's cost now by each one's cost relative to
+            # the steps around its probes (load cancels out of a ratio taken under one load).
+            own = dict(known)
+            for k, c in trusted.items():
+                if k != bk.best and c.ratios:
+                    ref = c.ratios[-1][0]
+                    rs = sorted(r for j, r in c.ratios if j == ref)
+                    if ref in own:
+                        known[k] = rs[(len(rs) - 1) // 2] * own[ref]
         ks = sorted(known)
         out = {}
         for k in range(self.k_max + 1):
@@ -677,7 +742,16 @@ class AdaptivePolicy:
         bk = self.buckets.get(bucket_of(b))
         if bk is None:
             bk = self._new_bucket(bucket_of(b))
-        bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window)).add(dt, verified / full if full else 1.0)
+        cell = bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window))
+        cell.add(dt, verified / full if full else 1.0)
+        if not bk.history or bk.history[-1][1] != k_drafted:
+            cell.run_start = self.step
+        cell.last_step = self.step
+        bk.history.append((self.step, k_drafted, dt))
+        if self.cfg.paired:
+            for k, c in bk.cells.items():  # probes within PAIR_AFTER steps: their ratios take in this step
+                if k != bk.best and self.step - c.last_step <= PAIR_AFTER:
+                    self._pair(bk, k, c)
         self.step_seconds += dt
         self.timed_steps += 1
         if self.step % 64 == 0:

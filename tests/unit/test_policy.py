@@ -396,9 +396,11 @@ def _cpu_batch_16(b, kv, kd):
 def test_spells_of_slow_steps_do_not_switch_k(every, length, factor):
     """Spells of 6-12 steps at 1.4-1.7x the usual time, whatever k is (what a shared 2-core machine does: seen in
     the engine's own step times at batch 16). The k in use is timed every step, the others at probes long before;
-    when its cells were compared over their latest 8 samples, a spell of 7 made the k in use look dearer and
-    switched k until the next probe: 0.948-0.995 of the best fixed k (EAGLE-1 at batch 16 on this CPU, where plain
-    decoding is best), 0.979 on average. Over 16: 0.991 or more."""
+    when the others were estimated from their own samples (``paired=False``) and cells compared over their latest
+    8 samples, a spell of 7 made the k in use look dearer and switched k until the next probe: 0.948-0.995 of the
+    best fixed k (EAGLE-1 at batch 16 on this CPU, where plain decoding is best), 0.979 on average. Over 16 samples
+    (``compare_samples``), or with the others' costs paired with the steps around their probes (``paired``), 0.991
+    or more."""
     for alpha in (0.45, 0.6):
         kw = dict(steps=2000, b=16, alpha=lambda s, a=alpha: a)
         best = max(fixed_k(2, k, cost=_slow_spells(_cpu_batch_16, every, length, factor), **kw) for k in range(3))
@@ -406,6 +408,71 @@ def test_spells_of_slow_steps_do_not_switch_k(every, length, factor):
         out = simulate(AdaptivePolicy(2, clock=clock), clock, cost=_slow_spells(_cpu_batch_16, every, length, factor),
                        **kw)
         assert out["rate"] >= 0.985 * best, (alpha, out["rate"] / best)
+
+
+def _random_spells(seed: int, base, p: float, mult: bool):
+    """``base``, with spells of 4-12 steps starting with probability ``p`` per step: each step of a spell takes
+    30-80 % longer (``mult``) or 30-80 % of a plain step longer, whatever k is."""
+    rng = random.Random(seed)
+    state = {"left": 0, "x": 0.0}
+
+    def cost(b, kv, kd):
+        if state["left"] <= 0 and rng.random() < p:
+            state["left"], state["x"] = rng.randint(4, 12), rng.uniform(0.3, 0.8)
+        t = base(b, kv, kd)
+        if state["left"] > 0:
+            state["left"] -= 1
+            return t * (1 + state["x"]) if mult else t + state["x"] * base(b, 0, 0)
+        return t
+
+    return cost
+
+
+@pytest.mark.parametrize("p, mult", [(1 / 40, False), (1 / 20, False), (1 / 40, True), (1 / 20, True)])
+def test_random_spells_of_slow_steps_do_not_mislead_it(p, mult):
+    """Random spells that often chain into runs longer than the 16 samples a cell is compared over. Estimated
+    from their own samples (``paired=False``), the k not in use kept the costs of their probes' moments while the k
+    in use took in every spell: 0.73-0.97 of the best fixed k (acceptance 0.45, batch 16 on this CPU, where plain
+    decoding is best). Paired with the steps around their probes (a ratio, which the load cancels out of), 0.987
+    or more."""
+    for seed in range(2):
+        kw = dict(steps=2000, b=16, alpha=lambda s: 0.45, seed=seed)
+        best = max(fixed_k(2, k, cost=_random_spells(seed, _cpu_batch_16, p, mult), **kw) for k in range(3))
+        clock = Clock()
+        out = simulate(AdaptivePolicy(2, clock=clock), clock, cost=_random_spells(seed, _cpu_batch_16, p, mult), **kw)
+        assert out["rate"] >= 0.98 * best, (seed, out["rate"] / best)
+
+
+def test_a_probe_is_paired_with_the_steps_around_it():
+    """A probe of k=1 timed during a spell that made every step 1.5x slower: its own samples say 90 ms, and the
+    k in use (plain, 40 ms now) was timed at 60 ms around it (from 24 steps before to 12 after). Its estimate is
+    the ratio (1.5) times plain's cost now; from its own samples it would be 90 ms, against plain's 40."""
+    from vllm_spec_plugins.policy import PAIR_AFTER, PAIR_BEFORE
+
+    clock = Clock()
+    pol = AdaptivePolicy(1, clock=clock)
+
+    def step(k, dt):
+        pol.begin_step()
+        pol.step += 1
+        clock.t += dt
+        pol.end_step(b=4, k_drafted=k, k_verified=k, pure_decode=True)
+
+    pol.buckets.setdefault(4, pol._new_bucket(4)).best = 0
+    for _ in range(PAIR_BEFORE):
+        step(0, 0.060)  # plain steps during the spell
+    for _ in range(3):
+        step(1, 0.090)  # the probe, during the spell
+    for _ in range(PAIR_AFTER):
+        step(0, 0.060)
+    for _ in range(16):
+        step(0, 0.040)  # the spell is over
+    assert pol.costs(4)[0] == pytest.approx(0.040)
+    assert pol.costs(4)[1] == pytest.approx(0.060)
+    import dataclasses
+
+    pol.cfg = dataclasses.replace(pol.cfg, paired=False)
+    assert pol.costs(4)[1] == pytest.approx(0.090)
 
 
 def test_a_position_not_drafted_keeps_what_it_last_saw():
