@@ -12,7 +12,7 @@ this CPU's EAGLE-1 costs (``_cpu_batch_16``) unless said:
   (``test_random_spells_of_slow_steps_do_not_mislead_it``);
 * lone: a lone request, no spells (``test_a_lone_request_within_2_percent_of_the_best_fixed_k``).
 
-    python -m bench.policy_sim                                  # the three columns of the docs (about 10 minutes)
+    python -m bench.policy_sim                                  # the three columns of the docs (about 2 minutes)
     python -m bench.policy_sim --settings compare_samples=8 paired=0   # one column
 """
 

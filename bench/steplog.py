@@ -49,9 +49,7 @@ def install(directory: str, tag: str) -> bool:
         path = os.path.join(directory, f"{tag or 'engine'}-{os.getpid()}.tsv")
 
         def end_step(self, *, b, k_drafted, k_verified, pure_decode, n_verified=None):  # type: ignore[no-untyped-def]
-            start = self._t_sched
-            if self._t_last_end is not None and start is not None:
-                start = max(start, self._t_last_end)
+            start = self.step_start()
             original(self, b=b, k_drafted=k_drafted, k_verified=k_verified, pure_decode=pure_decode,
                      n_verified=n_verified)
             if start is not None and self._t_last_end is not None:
@@ -81,6 +79,8 @@ def read(path: Path) -> list[tuple[int, int, int, int, bool, float]]:
 def summarize(path: Path, sequence: bool = False) -> str:
     """Steady steps (pure decode, verifying drafts made with the same k) by batch size and k: count, lower
     quartile and median in ms; with ``sequence``, every step in order."""
+    from vllm_spec_plugins.policy import lower_quartile  # here: importing this module (in sitecustomize) never fails
+
     steps = read(path)
     cells: dict[tuple[int, int], list[float]] = defaultdict(list)
     for b, kd, kv, _, pure, dt in steps:
@@ -95,8 +95,7 @@ def summarize(path: Path, sequence: bool = False) -> str:
         f"k={k}: {100 * c / max(n, 1):.0f}%" for k, c in sorted(by_k.items())),
         f"  {'batch':>5} {'k':>2} {'steps':>5} {'lower quartile ms':>17} {'median ms':>9}"]
     for (b, k), v in sorted(cells.items()):
-        lq = sorted(v)[(len(v) - 1) // 4]
-        lines.append(f"  {b:>5} {k:>2} {len(v):>5} {lq:>17.1f} {statistics.median(v):>9.1f}")
+        lines.append(f"  {b:>5} {k:>2} {len(v):>5} {lower_quartile(v):>17.1f} {statistics.median(v):>9.1f}")
     if sequence:
         lines.append("  " + " ".join(f"{b}{'' if pure else 'P'}/{kd}{kv}:{1e3 * dt:.0f}"
                                      for b, kd, kv, _, pure, dt in steps))

@@ -74,6 +74,12 @@ ENV_MAX_PROBE = "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL"
 ENV_COST_MODEL = "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL"
 
 
+def lower_quartile(values: list[float]) -> float:
+    """The lower quartile of ``values`` (not empty): the ``(n - 1) // 4``-th smallest."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
 def bucket_of(b: int) -> int:
     """Batch-size bucket: exact up to 4, then 6, 8, 12, 16, 24, 32, ... (the upper end)."""
     if b <= 4:
@@ -235,8 +241,7 @@ class _Cell:
 
     def lower_quartile(self, last: int | None = None) -> float:
         """The lower quartile of the last ``last`` samples (all of the window by default)."""
-        ordered = sorted(self.samples[-last:] if last else self.samples)
-        return ordered[(len(ordered) - 1) // 4]
+        return lower_quartile(self.samples[-last:] if last else self.samples)
 
 
 class StepShape(NamedTuple):
@@ -409,11 +414,10 @@ class AdaptivePolicy:
         if not run or not around:
             return
         ref = Counter(j for j, _ in around).most_common(1)[0][0]
-        ts = sorted(t for j, t in around if j == ref)
+        ts = [t for j, t in around if j == ref]
         if len(ts) < 3:
             return
-        run.sort()
-        ratio = run[(len(run) - 1) // 4] / ts[(len(ts) - 1) // 4]
+        ratio = lower_quartile(run) / lower_quartile(ts)
         if cell.ratios and cell.ratios[-1][0] == ref and cell.ratio_run == s0:
             cell.ratios[-1] = (ref, ratio)  # the same probe, more steps around it
         else:
@@ -721,13 +725,19 @@ class AdaptivePolicy:
             self.acc_s[j] *= d
             self.acc_n[j] *= d
 
+    def step_start(self) -> float | None:
+        """When the step being finished started, as :meth:`end_step` times it: at ``schedule()``, or at the end of the
+        step before when vLLM overlaps the two (idle time between steps never counts); None before any schedule."""
+        start = self._t_sched
+        if self._t_last_end is not None and start is not None:
+            start = max(start, self._t_last_end)
+        return start
+
     def end_step(self, *, b: int, k_drafted: int, k_verified: int, pure_decode: bool,
                  n_verified: int | None = None) -> None:  # StepShape's fields
         """The step finished (end of ``update_from_output``); time it if it was steady."""
         now = self.clock()
-        start = self._t_sched
-        if self._t_last_end is not None and start is not None:
-            start = max(start, self._t_last_end)
+        start = self.step_start()
         self._t_last_end = now
         if start is None or not pure_decode or b <= 0 or k_verified != k_drafted:
             return
