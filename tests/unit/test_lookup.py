@@ -158,3 +158,21 @@ def test_start_up_refuses_what_lookup_cannot_serve():
     cfg.speculative_config.draft_sample_method = "probabilistic"
     with pytest.raises(ValueError, match="'probabilistic'.*Unset " + ENV_LOOKUP):
         DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
+
+
+def test_drafts_the_scheduler_cut_are_not_counted_as_rejected():
+    """The policy may verify fewer drafts than were made (a request's drafts cut to its source's ``k``): the rate
+    folds in the drafts verified (scheduled tokens less one), and a request cut to none keeps its rate."""
+    lk = PromptLookup(LookupConfig(2, 2), requests=2, max_len=32, max_tokens=32, device=torch.device("cpu"))
+    rows = lk.rows(["a", "b"], lambda r: None)
+    seqs: list[list[int]] = [[], []]
+    npos = _step(lk, rows, seqs, [1, 1], [[1, 2, 3, 1], [7, 8, 9, 6]])
+    out = lk.compose(rows, torch.tensor([[50, 51, 52], [60, 61, 62]]), npos)
+    assert lk.chosen is not None and lk.chosen.tolist() == [MODEL, MODEL]  # no 2-gram repeats yet
+    assert out.shape == (2, 3)
+    # a: cut to 0 drafts (1 token scheduled, 1 produced); b: cut to 1 draft (2 scheduled), accepted (2 produced)
+    npos = _step(lk, rows, seqs, [1, 2], [[1, 4], [6, 6, 5]])
+    assert lk.verified is not None and lk.verified.tolist() == [0, 1]
+    rate = lk.pool.tensors["rate"][rows]
+    assert rate[0].tolist() == [0.5, 0.5]  # nothing verified: unchanged, not a rejection
+    assert rate[1, 0].item() == pytest.approx(0.7 * 0.5 + 0.3)  # 1 of 1 verified accepted, not 1 of 3

@@ -146,6 +146,8 @@ class PromptLookup:
         self.chosen: torch.Tensor | None = None
         #: the rates that choice compared, ``[B, 2]`` (model, lookup)
         self.rates: torch.Tensor | None = None
+        #: per batch row, the drafts the last observed step verified (0: none, or a prefill)
+        self.verified: torch.Tensor | None = None
 
     def rows(self, req_ids: list[str], prompt: Callable[[str], torch.Tensor | None]) -> torch.Tensor:
         """The table row of each request on the device; a request seen first gets ``prompt(req_id)`` (its tokens
@@ -169,7 +171,8 @@ class PromptLookup:
         """Every step (whatever k): write the scheduled tokens at their positions and each request's next token
         at its position into the request's row ``rows[b]``, then fold the accepted count of the drafts this
         step verified into the rate of the source that drafted them (``produced``: tokens each request
-        produced this step, accepted drafts + 1, 0 for a partial prefill)."""
+        produced this step, accepted drafts + 1, 0 for a partial prefill), over the drafts the step verified (its
+        scheduled tokens less one: the scheduler may have cut them), not those drafted."""
         t = self.pool.tensors
         last = self.max_len - 1
         token_rows = rows[token_requests(query_start_loc, self.token_index, B, T)]
@@ -178,6 +181,11 @@ class PromptLookup:
         t["tokens"].index_put_((rows, next_pos[:B].to(torch.int64).clamp(0, last)), next_ids[:B].to(torch.int32))
         produced = produced[:B].to(torch.int64)
         src, drafted = t["source"][rows], t["drafted"][rows]
+        # drafts verified: the request's scheduled tokens less its one decoded token. The scheduler may verify
+        # fewer than were drafted (the policy cuts a request's drafts); more means a prefill, which verifies none.
+        qlen = (query_start_loc[1:B + 1] - query_start_loc[:B]).to(torch.int64) - 1
+        drafted = torch.where(qlen <= drafted, qlen, 0)
+        self.verified = drafted
         verified = (src > 0) & (drafted > 0) & (produced > 0)
         accepted = ((produced - 1).clamp(min=0).to(torch.float32) / drafted.clamp(min=1)).clamp(max=1)
         col = (src - 1).clamp(min=0)
