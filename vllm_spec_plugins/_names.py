@@ -22,4 +22,7 @@ and API-2 plugins work unchanged."""
 MM_MASK_ATTR = "_vsp_is_mm_embed"
 """Where the runner patches leave the step's multimodal-row mask (patches 18 and 19), on the V1 runner or MRV2's
 ``EncoderRunner``, for ``Source.IS_MULTIMODAL``."""
+SOURCES_ATTR = "vsp_sources"
+"""Where the V1 runner patch (patch 20) puts, on the ``DraftTokenIds`` it hands the scheduler, the source of each
+request's drafts with prompt lookup on (1: the plugin's model, 2: lookup); the scheduler patch (21) reads it."""
 SUPPORTED_VLLM = ((0, 32), (0, 33))

@@ -271,6 +271,11 @@ class _Bucket:
     """The latest timed steps of this bucket, ``(step, k, seconds)``: a probe's samples and those around it."""
 
 
+#: Where a request's pending drafts come from (:meth:`AdaptivePolicy.note_sources`): the plugin's model, or prompt
+#: lookup (the values of ``runtime.lookup.MODEL`` / ``LOOKUP``); 0 or absent: not reported.
+SOURCE_MODEL, SOURCE_LOOKUP = 1, 2
+SOURCE_NAMES = {SOURCE_MODEL: "model", SOURCE_LOOKUP: "lookup"}
+
 #: Timed steps of a bucket kept to pair a probe with the steps around it (:meth:`AdaptivePolicy._pair`).
 PAIR_HISTORY = 96
 #: A probe is paired with the steps of another ``k`` from this many steps before it to this many after it.
@@ -306,9 +311,16 @@ class AdaptivePolicy:
         self.clock = clock
         self.log = log or (lambda msg: None)
         self.stats_path = stats_path
-        # pooled acceptance per position (weak prior: 0.5)
+        # pooled acceptance per position (weak prior: 0.5) of all drafts, and of prompt lookup's alone
         self.acc_s = [1.0] * k_max
         self.acc_n = [2.0] * k_max
+        self.lookup_s = [1.0] * k_max
+        self.lookup_n = [2.0] * k_max
+        #: the source of each request's pending drafts, as the runner reported it (note_sources); the source of the
+        #: drafts each request verifies in the step being run (taken when it is scheduled)
+        self.sources: dict[str, tuple[int, int]] = {}  # request -> (source, step reported)
+        self._verifying: dict[str, int] = {}
+        self._lookup_pending = 0  # requests of the step being scheduled whose drafts are the lookup's
         self.buckets: dict[int, _Bucket] = {}
         self.requests: dict[str, _Request] = {}
         self.step = 0
@@ -329,6 +341,9 @@ class AdaptivePolicy:
         self.switches_off = 0
         self.switches_on = 0
         self.request_cuts = 0
+        self.source_verified = {SOURCE_MODEL: 0, SOURCE_LOOKUP: 0}
+        self.source_accepted = {SOURCE_MODEL: 0, SOURCE_LOOKUP: 0}
+        self.lookup_raised_steps = 0
         self.verified_tokens = 0
         self.accepted_tokens = 0
         self.decide_seconds = 0.0
@@ -350,6 +365,9 @@ class AdaptivePolicy:
 
     def alphas(self) -> list[float]:
         return [s / n for s, n in zip(self.acc_s, self.acc_n)]
+
+    def lookup_alphas(self) -> list[float]:
+        return [s / n for s, n in zip(self.lookup_s, self.lookup_n)]
 
     @staticmethod
     def expected_tokens(alphas: list[float], k: int) -> float:
@@ -492,7 +510,16 @@ class AdaptivePolicy:
             self._decay_pooled(self.cfg.decay, self.k)
         else:
             self._decay_pooled(self.cfg.idle_decay)
+        if self._lookup_pending:
+            for j in range(min(self.k, self.k_max)):
+                self.lookup_s[j] *= self.cfg.decay
+                self.lookup_n[j] *= self.cfg.decay
         k = self._decide(b)
+        if self._lookup_pending and self._probe_k is None and self.cfg.mode == "adaptive":
+            kl = self._lookup_k(b, k)
+            if kl > k:  # more than the model's drafts alone pay for: for the requests drafting from lookup
+                k = kl
+                self.lookup_raised_steps += 1
         self.k = k
         self.k_steps[k] += 1
         dt = time.perf_counter() - t0
@@ -569,6 +596,29 @@ class AdaptivePolicy:
         self._set_best(bk, bucket, best, rates)
         return best
 
+    def _lookup_k(self, b: int, k_model: int) -> int:
+        """``k`` for a step in which some requests' pending drafts are prompt lookup's (the runner reports each
+        request's source): at least ``k_model``, the choice made on the acceptance of all drafts; more where the
+        lookup's drafts pay for it.
+
+        A request drafts from the same source from one step to the next, mostly (a match goes on while the text
+        repeats itself), so the share ``f`` of the batch whose pending drafts are the lookup's is expected to draft
+        from it again. A step at ``k`` then yields ``1 + u (f (E_lookup(k) - 1) + (1 - f) (E(k) - 1))`` tokens per
+        request in ``t(b, k)``, the cost measured for ``k`` (every request verifies ``k``, whichever source drafted
+        it; ``u`` the fraction not cut)."""
+        costs = self.costs(bucket_of(b))
+        if k_model not in costs:
+            return k_model
+        f = self._lookup_pending / max(b, 1)
+        am, al = self.alphas(), self.lookup_alphas()
+        bucket = bucket_of(b)
+        rates = {k: (1.0 + self.verified_fraction(bucket, k) * (f * (self.expected_tokens(al, k) - 1.0)
+                                                                + (1.0 - f) * (self.expected_tokens(am, k) - 1.0))) / t
+                 for k, t in costs.items() if t > 0 and k >= k_model}
+        best = max(rates, key=lambda k: (rates[k], -k), default=k_model)
+        margin = 1 + self.cfg.draft_margin if k_model == 0 else 1.0
+        return best if rates[best] > rates.get(k_model, 0.0) * margin else k_model
+
     def _probe_cost_bound(self, bucket: int, best: int, probe: int) -> int:
         """Steps between probes for which a probe of ``probe`` costs at most ``probe_budget`` of the time at
         ``best``: its extra cost (in steps at ``best``) over the budget; 0 when a cost is unknown."""
@@ -640,6 +690,26 @@ class AdaptivePolicy:
 
     # -- per request -------------------------------------------------------------
 
+    def note_sources(self, req_ids: list[str], sources: list[int] | None) -> None:
+        """Where each request's pending drafts come from (V1 with prompt lookup, synchronous scheduling: the runner
+        reports it with the drafts); ``None``: not reported, those requests' sources are forgotten."""
+        if sources is None:
+            for r in req_ids:
+                self.sources.pop(r, None)
+            return
+        for r, src in zip(req_ids, sources):
+            self.sources[r] = (int(src), self.step)
+
+    def request_width(self, req_id: str, k: int) -> int:
+        """How many of a request's ``k`` pending drafts to verify, before the step is scheduled: all of the lookup's;
+        of the model's (or where no source was reported), ``k`` or 0 (:meth:`request_k`)."""
+        src = self.sources.pop(req_id, (0, 0))[0]
+        self._verifying[req_id] = src
+        if src == SOURCE_LOOKUP:
+            self._lookup_pending += 1
+            return k
+        return self.request_k(req_id, k)
+
     def request_k(self, req_id: str, k: int) -> int:
         """How many of ``k`` drafts to verify for one request (``k`` or 0), before the step is scheduled.
 
@@ -690,6 +760,8 @@ class AdaptivePolicy:
         """The scheduler starts a step (``schedule()`` entry)."""
         self._t_sched = self.clock()
         self._cuts_this_step = 0
+        self._lookup_pending = 0
+        self._verifying.clear()
 
     def observe_request(self, req_id: str, num_draft: int, num_accepted: int) -> None:
         """One request's verification result in the step being finished."""
@@ -699,21 +771,32 @@ class AdaptivePolicy:
         self.accepted_tokens += num_accepted
         n = min(num_draft, self.k_max)
         a = max(0, min(num_accepted, n))
-        r = self.requests.get(req_id)
-        if r is None:
-            r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
-        r.last_seen = self.step
-        for j in range(n):
-            r.accepted[j] *= self.cfg.request_decay
-            r.verified[j] *= self.cfg.request_decay
+        src = self._verifying.get(req_id, 0)
+        if src:
+            self.source_verified[src] += num_draft
+            self.source_accepted[src] += num_accepted
+        if src == SOURCE_LOOKUP:  # and the lookup's own pool (the request's own estimate stays the model's)
+            for j in range(min(a + 1, n)):
+                self.lookup_s[j] += 1.0 if j < a else 0.0
+                self.lookup_n[j] += 1.0
+        r = None
+        if src != SOURCE_LOOKUP:
+            r = self.requests.get(req_id)
+            if r is None:
+                r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
+            r.last_seen = self.step
+            for j in range(n):
+                r.accepted[j] *= self.cfg.request_decay
+                r.verified[j] *= self.cfg.request_decay
         if self._probe_k:
             self._probe_seen += min(a + 1, n)
         for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
             ok = 1.0 if j < a else 0.0
             self.acc_s[j] += ok
             self.acc_n[j] += 1.0
-            r.accepted[j] += ok
-            r.verified[j] += 1.0
+            if r is not None:
+                r.accepted[j] += ok
+                r.verified[j] += 1.0
 
     def _decay_pooled(self, d: float, positions: int | None = None) -> None:
         """Decay the pooled counts of the first ``positions`` positions (all by default).
@@ -773,6 +856,8 @@ class AdaptivePolicy:
         old = [r for r, st in self.requests.items() if self.step - st.last_seen > 256]
         for r in old:
             del self.requests[r]
+        for r in [r for r, (_, step) in self.sources.items() if self.step - step > 256]:
+            del self.sources[r]  # finished with drafts pending
 
     # -- reporting -------------------------------------------------------------
 
@@ -798,6 +883,13 @@ class AdaptivePolicy:
                                          / max(self.step_seconds / max(self.timed_steps, 1), 1e-12), 6),
             "buckets": {},
         }
+        if self.source_verified[SOURCE_LOOKUP] or self.source_verified[SOURCE_MODEL]:
+            # where the runner reported each request's source (prompt lookup on V1): what each source's drafts did
+            out["sources"] = {name: {"verified_draft_tokens": self.source_verified[src],
+                                     "accepted_draft_tokens": self.source_accepted[src]}
+                              for src, name in SOURCE_NAMES.items()}
+            out["sources"]["lookup"]["acceptance_per_position"] = [round(a, 4) for a in self.lookup_alphas()]
+            out["lookup_raised_steps"] = self.lookup_raised_steps
         for bucket in sorted(self.buckets):
             bk = self.buckets[bucket]
             costs = self.costs(bucket)
@@ -859,6 +951,13 @@ def format_summary(s: dict[str, Any]) -> str:
         f"({s.get('cost_per_step_ratio', 0):.5f} of a mean timed step of {s['mean_step_ms']} ms); "
         f"{s['decide_us_per_step']} us of it deciding",
     ]
+    if s.get("sources"):
+        src = s["sources"]
+        lk, md = src["lookup"], src["model"]
+        lines.append(f"  lookup:     {lk['accepted_draft_tokens']} of {lk['verified_draft_tokens']} prompt-lookup drafts "
+                     "accepted (per position " + " / ".join(f"{a:.2f}" for a in lk["acceptance_per_position"])
+                     + f"), {md['accepted_draft_tokens']} of {md['verified_draft_tokens']} of the model's; k raised "
+                     f"for the lookup's in {100 * s['lookup_raised_steps'] / steps:.1f}% of steps")
     if s.get("buckets"):
         lines += ["", f"  {'batch size':<11} {'best k':<7} {'step ms by k':<36} {'expected speedup by k'}"]
         for b, v in s["buckets"].items():

@@ -37,7 +37,7 @@ def test_record_loads_with_weights_only(tmp_path):
                                                                        "token_indices_to_sample": None})
     assert p._trace_hook is None  # consumed: the next step records its own hook call
     rec = torch.load(path, weights_only=True)
-    assert rec["schema"] == trace.TRACE_SCHEMA == 5
+    assert rec["schema"] == trace.TRACE_SCHEMA == 6
     assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
     assert rec["req_ids"] == ["a-1234", "b-5678"]
     assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
@@ -59,13 +59,16 @@ def test_record_loads_with_weights_only(tmp_path):
     p._step.update(first_pass="skipped", caught_up=5)
     rec = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
     assert (rec["first_pass"], rec["caught_up"]) == ("skipped", 5)
-    assert (rec["lookup"], rec["lookup_next_positions"], rec["lookup_rates"]) == (None, None, None)  # lookup off
+    assert (rec["lookup"], rec["lookup_next_positions"], rec["lookup_rates"], rec["lookup_verified"]) == (
+        None, None, None, None)  # lookup off
     p.lookup = types.SimpleNamespace(chosen=torch.tensor([2, 1, 1]), rates=torch.tensor([[0.5, 0.5], [0.8, 0.2],
-                                                                                       [0.5, 0.5]]))
+                                                                                       [0.5, 0.5]]),
+                                     verified=torch.tensor([2, 0, 1]))
     p._step["lookup"] = (torch.tensor([4, 0, 1]), torch.tensor([10, 20, 30]))
     rec = torch.load(trace.save_record(p, 2, 3, torch.tensor([[1, 2], [3, 4]])), weights_only=True)
     assert rec["lookup"].tolist() == [2, 1] and rec["lookup_next_positions"].tolist() == [10, 20]
     assert rec["lookup_rates"].tolist() == [[0.5, 0.5], [0.800000011920929, 0.20000000298023224]]
+    assert rec["lookup_verified"].tolist() == [2, 0]
 
 
 def test_base_request_id():

@@ -174,6 +174,19 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     the plugin speculator reads it with the encoder runner's ``inputs_embeds`` buffer and clears it.
     Remove when: MRV2 gives speculators what the target consumed. Upstream: none filed.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_multimodal.py.
+20. ``GPUModelRunner.take_draft_token_ids`` (V1) — :mod:`.model_runner`
+    Why: with prompt lookup beside a plugin drafter, each request's drafts are the lookup's or the model's,
+    chosen on the device; the policy verifies the lookup's at their own ``k`` and cuts the model's back to the
+    model's ``k``, so the scheduler must know which is which. How: after the original (synchronous scheduling
+    only: vLLM calls it there, and copies the drafts to the host there anyway), put the proposer's per-request
+    sources on the returned ``DraftTokenIds`` (``SOURCES_ATTR``, a list of ints; it pickles with the object
+    to the engine core). Remove when: vLLM drafts carry per-request lengths. Upstream: none filed.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_lookup_widths.py.
+21. ``Scheduler.update_draft_token_ids`` — :mod:`.scheduler`
+    Why: row 20's other end. How: before the original, hand the sources (or their absence) to the policy
+    (``note_sources``); ``schedule`` (row 9) then verifies each request's drafts at its source's ``k``
+    (``request_width``). Remove when: as row 20. Upstream: none filed.
+    Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_lookup_widths.py.
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
 model's ``combine_hidden_states`` itself): for attention drafters that

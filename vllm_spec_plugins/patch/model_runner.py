@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._names import MM_MASK_ATTR
+from .._names import MM_MASK_ATTR, SOURCES_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import when_imported, wrap_method
 
@@ -117,6 +117,25 @@ def _gather_mm_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return _gather_mm_embeddings
 
 
+def _take_drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def take_draft_token_ids(self: Any) -> Any:
+        out = original(self)
+        if out is not None and _is_plugin_drafter(self):
+            try:
+                sources = self.drafter.draft_sources(out.req_ids)
+            except Exception:  # the policy then goes by the drafts' acceptance alone, as without lookup
+                if not getattr(self, "_vsp_sources_failed", False):
+                    self._vsp_sources_failed = True
+                    logger.exception("vllm_spec_plugins: reading the drafts' sources (prompt lookup or the model) for "
+                                     "the drafting policy failed; it goes on without them")
+                sources = None
+            if sources is not None:  # prompt lookup on: the policy keeps the lookup drafts' acceptance apart
+                setattr(out, SOURCES_ATTR, sources)
+        return out
+
+    return take_draft_token_ids
+
+
 def patch_module(gmr: Any) -> None:
     cls = gmr.GPUModelRunner
     wrap_method(cls, "__init__", _init_wrap(gmr))
@@ -124,6 +143,7 @@ def patch_module(gmr: Any) -> None:
     wrap_method(cls, "_on_request_state_removed", _removed_wrap)
     wrap_method(cls, "_update_states", _update_states_wrap)
     wrap_method(cls, "_gather_mm_embeddings", _gather_mm_wrap)
+    wrap_method(cls, "take_draft_token_ids", _take_drafts_wrap)
 
 
 def apply_when_imported() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from .._names import SOURCES_ATTR
 from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings, StepShape
 from ..routing import plugin_of
 from ._util import when_imported, wrap_method
@@ -115,7 +116,7 @@ def _schedule_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                 for req in self.running:
                     drafts = req.spec_token_ids
                     if drafts:
-                        k = policy.request_k(req.request_id, len(drafts))
+                        k = policy.request_width(req.request_id, len(drafts))
                         if k < len(drafts):
                             req.spec_token_ids = drafts[:k]  # a new list: async placeholders are shared
             policy.host_seconds += perf_counter() - t
@@ -158,6 +159,18 @@ def _update_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return update_from_output
 
 
+def _drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def update_draft_token_ids(self: Any, draft_token_ids: Any) -> Any:
+        policy = policy_of(self)
+        if policy is not None:
+            t = perf_counter()
+            policy.note_sources(list(draft_token_ids.req_ids), getattr(draft_token_ids, SOURCES_ATTR, None))
+            policy.host_seconds += perf_counter() - t
+        return original(self, draft_token_ids)
+
+    return update_draft_token_ids
+
+
 def _shutdown_wrap(original: Callable[..., None]) -> Callable[..., None]:
     def shutdown(self: Any) -> None:
         policy = policy_of(self)
@@ -175,6 +188,7 @@ def patch_module(mod: Any) -> None:
     wrap_method(cls, "schedule", _schedule_wrap)
     wrap_method(cls, "make_spec_decoding_stats", _stats_wrap)
     wrap_method(cls, "update_from_output", _update_wrap)
+    wrap_method(cls, "update_draft_token_ids", _drafts_wrap)
     wrap_method(cls, "shutdown", _shutdown_wrap)
 
 

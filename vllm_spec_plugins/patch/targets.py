@@ -123,6 +123,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         _RUNNER,
+        "GPUModelRunner.take_draft_token_ids",
+        params=("self",),
+        why="patch 20 (model_runner.py): each request's draft source (prompt lookup or the model) to the scheduler",
+    ),
+    Target(
+        _RUNNER,
         "GPUModelRunner.load_model",
         params=("self", "load_dummy_weights", "model"),  # model is keyword-only
         why="not patched: it calls drafter.load_model(target) (CPU runner: unconditionally)",
@@ -300,6 +306,12 @@ TARGETS: tuple[Target, ...] = (
         "Scheduler.update_from_output",
         params=("self", "scheduler_output", "model_runner_output"),
         why="patch 11 (scheduler.py): end of a step (timing, shape of the step)",
+    ),
+    Target(
+        _SCHED,
+        "Scheduler.update_draft_token_ids",
+        params=("self", "draft_token_ids"),
+        why="patch 21 (scheduler.py): the per-request draft sources to the policy (prompt lookup, V1)",
     ),
     Target(
         _SCHED,

@@ -12,14 +12,15 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 5
+TRACE_SCHEMA = 6
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
 ``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
 ``num_drafts`` and ``forward_columns`` (heads drafters). 4: adds ``first_pass`` and ``caught_up`` (attention
 drafters). 5: adds ``lookup`` (prompt lookup on, in a step with drafts: per request, 2 where its drafts are the
 lookup's, 1 the plugin's), ``lookup_next_positions`` (the position of each request's next token) and
 ``lookup_rates`` (``[B, 2]``: the running acceptance rates of the request's model and lookup drafts that the
-choice compared)."""
+choice compared). 6: adds ``lookup_verified`` (prompt lookup on: the drafts each request verified in the
+step, which its rate counts)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +61,8 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
                    else p.lookup.chosen[:B].detach().cpu().clone()),
         "lookup_next_positions": (None if step.get("lookup") is None
                                   else step["lookup"][1][:B].detach().cpu().clone()),
+        "lookup_verified": (None if getattr(p, "lookup", None) is None or p.lookup.verified is None
+                            else p.lookup.verified[:B].detach().cpu().clone()),
         "lookup_rates": (None if getattr(p, "lookup", None) is None or p.lookup.rates is None
                          else p.lookup.rates[:B].detach().cpu().clone()),
     }

@@ -1,0 +1,70 @@
+"""Prompt lookup beside a plugin drafter, with the adaptive policy on: the runner tells the scheduler which requests'
+drafts are the lookup's (patches 20 and 21), and the policy keeps their acceptance apart.
+
+Medusa on the tiny target, V1: the tiny target repeats itself, which lookup predicts and the tiny Medusa does not.
+The policy's step costs come from a cost model (drafting k tokens costs 1 + k/3 plain steps), not the wall clock.
+
+Oracles: greedy output equals no speculation; the drafts the policy counts as the lookup's, verified and accepted,
+equal those the trace shows verified in the step after the runner chose lookup for that request (so each source
+reached the scheduler with its request); steps in which some pending drafts were the lookup's drafted more than the
+acceptance of all drafts alone pays for. Without sources (MRV2) the policy runs as before.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import EAGLE_LENGTHS, PROMPTS
+from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP
+from vllm_spec_plugins.runtime.trace import load_trace
+from vllm_spec_plugins.testing.engine import run_engine
+
+K = 3
+POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.3333",
+              ENV_LOOKUP: "on"}
+
+
+def _run(tiny, tmp_path, runner: str, tp: int = 1):
+    trace, stats = tmp_path / f"trace-{runner}", tmp_path / f"stats-{runner}.json"
+    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": K}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
+                   env={**POLICY_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
+                        "VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats)}, runner=runner, tensor_parallel_size=tp)
+    return r, load_trace(trace), json.loads(stats.read_text())
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path, baseline_eagle_lengths, tp):
+    """At tensor parallel 2 the sources travel from the output rank's worker process to the engine core with the
+    drafts (pickled on the ``DraftTokenIds``)."""
+    r, records, stats = _run(tiny, tmp_path, "v1", tp)
+    assert r.outputs == baseline_eagle_lengths.outputs
+    pending: dict[str, int] = {}  # request -> who drafted its pending drafts (from the trace)
+    verified = accepted = model_verified = 0
+    for rec in records:
+        for b, rid in enumerate(rec["req_ids"]):
+            n = int(rec["lookup_verified"][b])
+            src = pending.pop(rid, 0)
+            if n and src == LOOKUP:
+                verified += n
+                accepted += int(rec["valid_count"][b]) - 1
+            elif n:
+                model_verified += n
+        if rec["lookup"] is not None:
+            pending.update({rid: int(rec["lookup"][b]) for b, rid in enumerate(rec["req_ids"])})
+    lk = stats["sources"]["lookup"]
+    assert verified >= 50 and model_verified >= 50, (verified, model_verified)
+    assert (lk["verified_draft_tokens"], lk["accepted_draft_tokens"]) == (verified, accepted), stats["sources"]
+    assert stats["sources"]["model"]["verified_draft_tokens"] == model_verified
+    # the lookup's drafts accept more than the model's, and raised k in some steps
+    assert lk["acceptance_per_position"][0] > stats["acceptance_per_position"][0]
+    assert stats["lookup_raised_steps"] > 0
+
+
+def test_without_sources_the_policy_runs_as_before(tiny, tmp_path, baseline_eagle_lengths):
+    """MRV2 keeps drafts on the device (no sources reach the scheduler): nothing is kept apart, nothing raised."""
+    r, _, stats = _run(tiny, tmp_path, "v2")
+    assert r.outputs == baseline_eagle_lengths.outputs
+    assert "sources" not in stats and r.metrics["accepted"] > 0
