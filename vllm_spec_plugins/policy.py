@@ -311,7 +311,8 @@ class AdaptivePolicy:
         self.clock = clock
         self.log = log or (lambda msg: None)
         self.stats_path = stats_path
-        # pooled acceptance per position (weak prior: 0.5) of all drafts, and of prompt lookup's alone
+        # pooled acceptance per position (weak prior: 0.5): of the model's drafts (all drafts where the runner reports
+        # no source), and of prompt lookup's
         self.acc_s = [1.0] * k_max
         self.acc_n = [2.0] * k_max
         self.lookup_s = [1.0] * k_max
@@ -321,6 +322,12 @@ class AdaptivePolicy:
         self.sources: dict[str, tuple[int, int]] = {}  # request -> (source, step reported)
         self._verifying: dict[str, int] = {}
         self._lookup_pending = 0  # requests of the step being scheduled whose drafts are the lookup's
+        self.sources_seen = False  # the runner reports sources (prompt lookup on V1, synchronous scheduling)
+        #: the latest step's k for the model's drafts: the runner drafts that many with the model and pads the rest
+        #: for the lookup's drafts; the model's are verified up to it (``k`` itself unless lookup's drafts raised it)
+        self.k_model = 0
+        self._k_model_before = 0  # the step before's (its drafts are the ones scheduled now)
+        self._timed_alone = [True, True]  # the step before and this one drafted the model's k for every request
         self.buckets: dict[int, _Bucket] = {}
         self.requests: dict[str, _Request] = {}
         self.step = 0
@@ -514,12 +521,13 @@ class AdaptivePolicy:
             for j in range(min(self.k, self.k_max)):
                 self.lookup_s[j] *= self.cfg.decay
                 self.lookup_n[j] *= self.cfg.decay
-        k = self._decide(b)
-        if self._lookup_pending and self._probe_k is None and self.cfg.mode == "adaptive":
-            kl = self._lookup_k(b, k)
-            if kl > k:  # more than the model's drafts alone pay for: for the requests drafting from lookup
+        k = self.k_model = self._decide(b)
+        if self.sources_seen and self._probe_k is None and self.cfg.mode == "adaptive":
+            kl = self._lookup_k(b)
+            if kl > k:  # the lookup's drafts verified up to kl; the model drafts k_model, verified up to it
                 k = kl
                 self.lookup_raised_steps += 1
+        self._timed_alone = [self._timed_alone[1], k == self.k_model]
         self.k = k
         self.k_steps[k] += 1
         dt = time.perf_counter() - t0
@@ -596,28 +604,20 @@ class AdaptivePolicy:
         self._set_best(bk, bucket, best, rates)
         return best
 
-    def _lookup_k(self, b: int, k_model: int) -> int:
-        """``k`` for a step in which some requests' pending drafts are prompt lookup's (the runner reports each
-        request's source): at least ``k_model``, the choice made on the acceptance of all drafts; more where the
-        lookup's drafts pay for it.
+    def _lookup_k(self, b: int) -> int:
+        """How many drafts a request whose drafts turn out prompt lookup's verifies (the runner reports each request's
+        source): ``argmax_k E_lookup(k) / t(b, k)``, drafting beating plain decoding by ``draft_margin``.
 
-        A request drafts from the same source from one step to the next, mostly (a match goes on while the text
-        repeats itself), so the share ``f`` of the batch whose pending drafts are the lookup's is expected to draft
-        from it again. A step at ``k`` then yields ``1 + u (f (E_lookup(k) - 1) + (1 - f) (E(k) - 1))`` tokens per
-        request in ``t(b, k)``, the cost measured for ``k`` (every request verifies ``k``, whichever source drafted
-        it; ``u`` the fraction not cut)."""
+        ``t(b, k)`` is the cost measured for a step in which every request verifies ``k`` of the model's drafts, which
+        errs towards fewer: a lookup draft costs no forward, and the requests without a match verify only the model's
+        ``k_model``."""
         costs = self.costs(bucket_of(b))
-        if k_model not in costs:
-            return k_model
-        f = self._lookup_pending / max(b, 1)
-        am, al = self.alphas(), self.lookup_alphas()
-        bucket = bucket_of(b)
-        rates = {k: (1.0 + self.verified_fraction(bucket, k) * (f * (self.expected_tokens(al, k) - 1.0)
-                                                                + (1.0 - f) * (self.expected_tokens(am, k) - 1.0))) / t
-                 for k, t in costs.items() if t > 0 and k >= k_model}
-        best = max(rates, key=lambda k: (rates[k], -k), default=k_model)
-        margin = 1 + self.cfg.draft_margin if k_model == 0 else 1.0
-        return best if rates[best] > rates.get(k_model, 0.0) * margin else k_model
+        if 0 not in costs:
+            return 0
+        al = self.lookup_alphas()
+        rates = {k: self.expected_tokens(al, k) / t for k, t in costs.items() if t > 0}
+        best = max(rates, key=lambda k: (rates[k], -k), default=0)
+        return best if rates[best] > rates[0] * (1 + self.cfg.draft_margin) else 0
 
     def _probe_cost_bound(self, bucket: int, best: int, probe: int) -> int:
         """Steps between probes for which a probe of ``probe`` costs at most ``probe_budget`` of the time at
@@ -697,18 +697,23 @@ class AdaptivePolicy:
             for r in req_ids:
                 self.sources.pop(r, None)
             return
+        self.sources_seen = True
         for r, src in zip(req_ids, sources):
             self.sources[r] = (int(src), self.step)
 
     def request_width(self, req_id: str, k: int) -> int:
         """How many of a request's ``k`` pending drafts to verify, before the step is scheduled: all of the lookup's;
-        of the model's (or where no source was reported), ``k`` or 0 (:meth:`request_k`)."""
+        of the model's, at most the ``k_model`` they were drafted with (the rest is padding, where lookup raised
+        ``k``), and 0 where the request's drafts keep failing (:meth:`request_k`); where no source was reported, as
+        the model's."""
         src = self.sources.pop(req_id, (0, 0))[0]
         self._verifying[req_id] = src
         if src == SOURCE_LOOKUP:
             self._lookup_pending += 1
             return k
-        return self.request_k(req_id, k)
+        if src == SOURCE_MODEL and self._k_model_before < k:
+            k = self._k_model_before
+        return self.request_k(req_id, k) if k > 0 else 0
 
     def request_k(self, req_id: str, k: int) -> int:
         """How many of ``k`` drafts to verify for one request (``k`` or 0), before the step is scheduled.
@@ -762,6 +767,7 @@ class AdaptivePolicy:
         self._cuts_this_step = 0
         self._lookup_pending = 0
         self._verifying.clear()
+        self._k_model_before = self.k_model if self.sources_seen else self.k
 
     def observe_request(self, req_id: str, num_draft: int, num_accepted: int) -> None:
         """One request's verification result in the step being finished."""
@@ -775,28 +781,26 @@ class AdaptivePolicy:
         if src:
             self.source_verified[src] += num_draft
             self.source_accepted[src] += num_accepted
-        if src == SOURCE_LOOKUP:  # and the lookup's own pool (the request's own estimate stays the model's)
+        if self._probe_k:
+            self._probe_seen += min(a + 1, n)
+        if src == SOURCE_LOOKUP:  # the lookup's own pool; the model's, and the request's own estimate, see none
             for j in range(min(a + 1, n)):
                 self.lookup_s[j] += 1.0 if j < a else 0.0
                 self.lookup_n[j] += 1.0
-        r = None
-        if src != SOURCE_LOOKUP:
-            r = self.requests.get(req_id)
-            if r is None:
-                r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
-            r.last_seen = self.step
-            for j in range(n):
-                r.accepted[j] *= self.cfg.request_decay
-                r.verified[j] *= self.cfg.request_decay
-        if self._probe_k:
-            self._probe_seen += min(a + 1, n)
+            return
+        r = self.requests.get(req_id)
+        if r is None:
+            r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
+        r.last_seen = self.step
+        for j in range(n):
+            r.accepted[j] *= self.cfg.request_decay
+            r.verified[j] *= self.cfg.request_decay
         for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
             ok = 1.0 if j < a else 0.0
             self.acc_s[j] += ok
             self.acc_n[j] += 1.0
-            if r is not None:
-                r.accepted[j] += ok
-                r.verified[j] += 1.0
+            r.accepted[j] += ok
+            r.verified[j] += 1.0
 
     def _decay_pooled(self, d: float, positions: int | None = None) -> None:
         """Decay the pooled counts of the first ``positions`` positions (all by default).
@@ -822,7 +826,16 @@ class AdaptivePolicy:
         now = self.clock()
         start = self.step_start()
         self._t_last_end = now
-        if start is None or not pure_decode or b <= 0 or k_verified != k_drafted:
+        if start is None or not pure_decode or b <= 0:
+            return
+        if not all(self._timed_alone):
+            # Lookup raised k in this step or the one before: the model drafted and verified fewer than k_drafted for
+            # some requests, which no cell measures. A step in which nothing was verified and the model drafted
+            # nothing is a plain step (and a lookup search).
+            if k_verified or self.k_model:
+                return
+            k_drafted = 0
+        elif k_verified != k_drafted:
             return
         dt = now - start
         full = b * k_verified

@@ -1,13 +1,14 @@
-"""Prompt lookup beside a plugin drafter, with the adaptive policy on: the runner tells the scheduler which requests'
-drafts are the lookup's (patches 20 and 21), and the policy keeps their acceptance apart.
+"""Prompt lookup beside a plugin drafter, with the adaptive policy on (V1): the runner tells the scheduler which
+requests' drafts are the lookup's (patches 20 and 21); the policy keeps their acceptance apart, verifies them at the
+k they pay for, and the model's at the model's own k, which the runner drafts (0: lookup's drafts alone).
 
-Medusa on the tiny target, V1: the tiny target repeats itself, which lookup predicts and the tiny Medusa does not.
-The policy's step costs come from a cost model (drafting k tokens costs 1 + k/3 plain steps), not the wall clock.
+Medusa and EAGLE-1 on the tiny target: the tiny target repeats itself, which lookup predicts and the tiny drafts do
+not. The policy's step costs come from a cost model (drafting k tokens costs 1 + k/3 plain steps), not the wall clock.
 
 Oracles: greedy output equals no speculation; the drafts the policy counts as the lookup's, verified and accepted,
 equal those the trace shows verified in the step after the runner chose lookup for that request (so each source
-reached the scheduler with its request); steps in which some pending drafts were the lookup's drafted more than the
-acceptance of all drafts alone pays for. Without sources (MRV2) the policy runs as before.
+reached the scheduler with its request); a request's model drafts are never verified past the number the model
+drafted; some steps drafted from lookup alone. Without sources (MRV2) the policy runs as before.
 """
 
 from __future__ import annotations
@@ -26,39 +27,46 @@ POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PL
               ENV_LOOKUP: "on"}
 
 
-def _run(tiny, tmp_path, runner: str, tp: int = 1):
+def _run(tiny, tmp_path, runner: str, tp: int = 1, kind: str = "medusa"):
     trace, stats = tmp_path / f"trace-{runner}", tmp_path / f"stats-{runner}.json"
-    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": K}
+    spec = {"model": str(tiny[kind]), "num_speculative_tokens": K}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
                    env={**POLICY_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
                         "VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats)}, runner=runner, tensor_parallel_size=tp)
     return r, load_trace(trace), json.loads(stats.read_text())
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path, baseline_eagle_lengths, tp):
-    """At tensor parallel 2 the sources travel from the output rank's worker process to the engine core with the
-    drafts (pickled on the ``DraftTokenIds``)."""
-    r, records, stats = _run(tiny, tmp_path, "v1", tp)
+@pytest.mark.parametrize("kind, tp", [("medusa", 1), ("eagle", 1), ("medusa", 2)])
+def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path, baseline_eagle_lengths, kind, tp):
+    """Heads and attention drafters (EAGLE: its first pass skipped in steps where only lookup drafts and nothing is
+    verified, caught up before the model drafts again). At tensor parallel 2 the sources travel from the output
+    rank's worker process to the engine core with the drafts (pickled on the ``DraftTokenIds``), and ``k_model``
+    from the engine core to both workers on the ``SchedulerOutput``."""
+    r, records, stats = _run(tiny, tmp_path, "v1", tp, kind)
     assert r.outputs == baseline_eagle_lengths.outputs
-    pending: dict[str, int] = {}  # request -> who drafted its pending drafts (from the trace)
+    pending: dict[str, tuple[int, int, int]] = {}  # request -> (who drafted its pending drafts, k, model's k)
     verified = accepted = model_verified = 0
+    lookup_only = 0
     for rec in records:
         for b, rid in enumerate(rec["req_ids"]):
             n = int(rec["lookup_verified"][b])
-            src = pending.pop(rid, 0)
+            src, k, mk = pending.pop(rid, (0, 0, 0))
             if n and src == LOOKUP:
                 verified += n
                 accepted += int(rec["valid_count"][b]) - 1
             elif n:
                 model_verified += n
+                assert n <= mk, (rec["step"], rid, n, mk)  # the model's drafts: never past what the model drafted
         if rec["lookup"] is not None:
-            pending.update({rid: int(rec["lookup"][b]) for b, rid in enumerate(rec["req_ids"])})
+            k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
+            lookup_only += mk == 0
+            pending.update({rid: (int(rec["lookup"][b]), k, mk) for b, rid in enumerate(rec["req_ids"])})
+    assert lookup_only > 0, "no step drafted from lookup alone"
     lk = stats["sources"]["lookup"]
     assert verified >= 50 and model_verified >= 50, (verified, model_verified)
     assert (lk["verified_draft_tokens"], lk["accepted_draft_tokens"]) == (verified, accepted), stats["sources"]
     assert stats["sources"]["model"]["verified_draft_tokens"] == model_verified
-    # the lookup's drafts accept more than the model's, and raised k in some steps
+    # the lookup's drafts accept more than the model's, and drafted more than the model in some steps
     assert lk["acceptance_per_position"][0] > stats["acceptance_per_position"][0]
     assert stats["lookup_raised_steps"] > 0
 

@@ -69,6 +69,10 @@ def test_record_loads_with_weights_only(tmp_path):
     assert rec["lookup"].tolist() == [2, 1] and rec["lookup_next_positions"].tolist() == [10, 20]
     assert rec["lookup_rates"].tolist() == [[0.5, 0.5], [0.800000011920929, 0.20000000298023224]]
     assert rec["lookup_verified"].tolist() == [2, 0]
+    assert rec["lookup_model_k"] is None  # not resolved this step (the proposer sets it when it drafts)
+    p._step["drafted_by_model"] = 1
+    rec = torch.load(trace.save_record(p, 2, 3, torch.tensor([[1, 2], [3, 4]])), weights_only=True)
+    assert rec["lookup_model_k"] == 1
 
 
 def test_base_request_id():

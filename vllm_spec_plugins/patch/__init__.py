@@ -71,7 +71,8 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
 5. ``GPUModelRunner.propose_draft_token_ids`` — :mod:`.model_runner`
    Why: ``propose`` does not receive the full hidden states (with aux outputs on it
    gets only their concatenation) and not the request ids. How: stash them on the
-   plugin proposer, then call the original unchanged. Remove when: the V1 runner is gone
+   plugin proposer (with prompt lookup, also the model's ``k`` the scheduler put on the ``SchedulerOutput``,
+   ``MODEL_K_ATTR``, row 9), then call the original unchanged. Remove when: the V1 runner is gone
    (MRV2's ``propose`` receives both), or V1's ``propose`` gains them. Upstream: vLLM issue #57684
    (V1 removal plan), RFC #36219 (one ``ProposerInput`` for every proposer). Supported vLLM: 0.32, 0.33.
    Verified by: tests/e2e/*.
@@ -104,8 +105,11 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
    Why: the policy times whole steps and skips the drafts of requests whose drafts keep
    failing. How: before the original, start the step clock and slice
    ``request.spec_token_ids`` of such requests to ``[]`` (new lists; async placeholders are
-   shared). Remove when: as row 8. Upstream: as row 8.
-   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py.
+   shared); with prompt lookup (rows 20-21), slice a request's model drafts to the ``k`` the model drafted, and
+   after the original, where the policy drafts more than that for lookup's drafts, put the model's ``k`` on the
+   returned ``SchedulerOutput`` (``MODEL_K_ATTR``; it pickles with it to the workers). Remove when: as row 8.
+   Upstream: as row 8.
+   Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_policy_engine.py, tests/e2e/test_lookup_widths.py.
 10. ``Scheduler.make_spec_decoding_stats`` — :mod:`.scheduler`
     Why: per-request acceptance (it receives ``request_id``, drafts, accepted). How: feed
     the policy, then call the original unchanged (metrics stay vLLM's). Remove when: as row 8.
@@ -176,8 +180,8 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_multimodal.py.
 20. ``GPUModelRunner.take_draft_token_ids`` (V1) — :mod:`.model_runner`
     Why: with prompt lookup beside a plugin drafter, each request's drafts are the lookup's or the model's,
-    chosen on the device; the policy verifies the lookup's at their own ``k`` and cuts the model's back to the
-    model's ``k``, so the scheduler must know which is which. How: after the original (synchronous scheduling
+    chosen on the device; the policy verifies the lookup's at their own ``k`` and the model's at the model's
+    ``k``, so the scheduler must know which is which. How: after the original (synchronous scheduling
     only: vLLM calls it there, and copies the drafts to the host there anyway), put the proposer's per-request
     sources on the returned ``DraftTokenIds`` (``SOURCES_ATTR``, a list of ints; it pickles with the object
     to the engine core). Remove when: vLLM drafts carry per-request lengths. Upstream: none filed.

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._names import MM_MASK_ATTR, SOURCES_ATTR
+from .._names import MM_MASK_ATTR, MODEL_K_ATTR, SOURCES_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import when_imported, wrap_method
 
@@ -77,7 +77,8 @@ def _propose_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                                 aux_hidden_states: list[torch.Tensor] | None, spec_decode_metadata: Any,
                                 common_attn_metadata: Any, slot_mappings: Any) -> Any:
         if _is_plugin_drafter(self):
-            self.drafter.stash_step(self, hidden_states=hidden_states, aux_hidden_states=aux_hidden_states)
+            self.drafter.stash_step(self, hidden_states=hidden_states, aux_hidden_states=aux_hidden_states,
+                                    model_k=getattr(scheduler_output, MODEL_K_ATTR, None))
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from .._names import SOURCES_ATTR
+from .._names import MODEL_K_ATTR, SOURCES_ATTR
 from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings, StepShape
 from ..routing import plugin_of
 from ._util import when_imported, wrap_method
@@ -120,7 +120,10 @@ def _schedule_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                         if k < len(drafts):
                             req.spec_token_ids = drafts[:k]  # a new list: async placeholders are shared
             policy.host_seconds += perf_counter() - t
-        return original(self, *args, **kwargs)
+        out = original(self, *args, **kwargs)
+        if policy is not None and policy.k_model < policy.k == getattr(out, "num_spec_tokens_to_schedule", None):
+            setattr(out, MODEL_K_ATTR, policy.k_model)  # raised for lookup's drafts: the model drafts fewer
+        return out
 
     return schedule
 

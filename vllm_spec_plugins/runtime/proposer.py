@@ -59,8 +59,8 @@ class PluginProposerMixin(DrafterRuntime):
     # -- hand-over from the runner patches -------------------------------------
 
     def stash_step(self, runner: Any, *, hidden_states: torch.Tensor,
-                   aux_hidden_states: list[torch.Tensor] | None) -> None:
-        self._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states}
+                   aux_hidden_states: list[torch.Tensor] | None, model_k: int | None = None) -> None:
+        self._step = {"hidden_states": hidden_states, "aux_hidden_states": aux_hidden_states, "model_k": model_k}
         if self.reads_target_inputs:  # what the runner fed the target this step (its own buffers, no copy)
             self._step["inputs_embeds"] = runner.inputs_embeds.gpu
             self._step["is_multimodal"] = getattr(runner, MM_MASK_ATTR, None)
@@ -95,6 +95,23 @@ class PluginProposerMixin(DrafterRuntime):
                      next_token_ids: torch.Tensor, idx: torch.Tensor) -> None:
         if self.lookup is not None:
             self._lookup_observe(B, T, token_ids, positions, next_token_ids, _next_positions(positions, idx))
+
+    def _model_k(self, k: int) -> int:
+        """How many of the step's ``k`` drafts the plugin's model drafts: fewer where the policy raised ``k`` for prompt
+        lookup's drafts (the scheduler verifies the model's only up to that many); ``k`` otherwise."""
+        mk = self._step.get("model_k")
+        mk = k if mk is None or self.lookup is None else max(0, min(int(mk), k))
+        self._step["drafted_by_model"] = mk
+        return mk
+
+    @staticmethod
+    def _padded(drafts: torch.Tensor, k: int) -> torch.Tensor:
+        """``[B, k]``: the model's drafts, then zeros (columns the scheduler never verifies for the model's)."""
+        if drafts.shape[1] == k:
+            return drafts
+        out = torch.zeros((drafts.shape[0], k), dtype=torch.int64, device=drafts.device)
+        out[:, :drafts.shape[1]] = drafts
+        return out
 
     def draft_sources(self, req_ids: list[str]) -> list[int] | None:
         """Where the drafts of the latest step came from, per request of ``req_ids`` (the runner hands them to the
@@ -183,14 +200,18 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
         if guard.disabled:  # the state-carry hook failed
             return guard.idle(B, num_speculative_tokens, next_token_ids)
         self._lookup_step(B, T, target_token_ids, target_positions, next_token_ids, idx)
+        mk = self._model_k(num_speculative_tokens)
         if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
             drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
         else:
-            ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T,
-                                   num_speculative_tokens)
-            if not ok:
-                return guard.idle(B, num_speculative_tokens, next_token_ids)
-            drafts = self._lookup_compose(guard.sanitize(drafts))
+            if mk == 0:  # lookup's drafts only: the model's forward is skipped, as in a plain decode step
+                drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+            else:
+                ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T, mk)
+                if not ok:
+                    return guard.idle(B, num_speculative_tokens, next_token_ids)
+                drafts = guard.sanitize(drafts)
+            drafts = self._lookup_compose(self._padded(drafts, num_speculative_tokens))
         if self._trace_dir:
             self._trace(B, T, drafts)
         return drafts
@@ -286,10 +307,13 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                            "token_indices_to_sample": None if token_indices_to_sample is None
                            else token_indices_to_sample[:B].cpu().clone()}
         self._step["first_pass"] = "ran"
+        mk = self._model_k(num_speculative_tokens)  # fewer than k: the rest is the lookup's (or padding)
         if self.kept is not None:
-            if self._skip_first_pass(num_speculative_tokens, B, T, target_positions, target_hidden_states,
+            if self._skip_first_pass(mk, B, T, target_positions, target_hidden_states,
                                      next_token_ids, common_attn_metadata):
                 nothing = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+                if num_speculative_tokens:  # lookup's drafts only
+                    nothing = self._lookup_compose(self._padded(nothing, num_speculative_tokens))
                 if self._trace_dir:
                     self._trace(B, T, nothing, trace_first)
                 return nothing
@@ -301,11 +325,11 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
             if trace_first is not None:
                 trace_first["combined_hidden_states"] = target_hidden_states[:T].cpu().clone()
         with self._plain_loop():
-            drafts: torch.Tensor = super().propose(num_speculative_tokens, target_token_ids, target_positions,
+            drafts: torch.Tensor = super().propose(mk, target_token_ids, target_positions,
                                      target_hidden_states, next_token_ids, token_indices_to_sample,
                                      common_attn_metadata, sampling_metadata, mm_embed_inputs,
                                      num_rejected_tokens_gpu, slot_mappings)
-        drafts = self._lookup_compose(drafts)
+        drafts = self._lookup_compose(self._padded(drafts, num_speculative_tokens))
         if self._trace_dir:
             self._trace(B, T, drafts, trace_first)
         return drafts

@@ -20,7 +20,7 @@ drafters). 5: adds ``lookup`` (prompt lookup on, in a step with drafts: per requ
 lookup's, 1 the plugin's), ``lookup_next_positions`` (the position of each request's next token) and
 ``lookup_rates`` (``[B, 2]``: the running acceptance rates of the request's model and lookup drafts that the
 choice compared). 6: adds ``lookup_verified`` (prompt lookup on: the drafts each request verified in the
-step, which its rate counts)."""
+step, which its rate counts) and ``lookup_model_k`` (how many of the step's drafts the plugin's model drafted)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +61,8 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
                    else p.lookup.chosen[:B].detach().cpu().clone()),
         "lookup_next_positions": (None if step.get("lookup") is None
                                   else step["lookup"][1][:B].detach().cpu().clone()),
+        "lookup_model_k": (None if getattr(p, "lookup", None) is None or p.lookup.chosen is None
+                           else step.get("drafted_by_model")),
         "lookup_verified": (None if getattr(p, "lookup", None) is None or p.lookup.verified is None
                             else p.lookup.verified[:B].detach().cpu().clone()),
         "lookup_rates": (None if getattr(p, "lookup", None) is None or p.lookup.rates is None
