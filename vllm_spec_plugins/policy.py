@@ -319,14 +319,13 @@ class AdaptivePolicy:
         self.lookup_n = [2.0] * k_max
         #: the source of each request's pending drafts, as the runner reported it (note_sources); the source of the
         #: drafts each request verifies in the step being run (taken when it is scheduled)
-        self.sources: dict[str, tuple[int, int]] = {}  # request -> (source, step reported)
+        self.sources: dict[str, tuple[int, int, int]] = {}  # request -> (source, step reported, k_model then)
         self._verifying: dict[str, int] = {}
         self._lookup_pending = 0  # requests of the step being scheduled whose drafts are the lookup's
         self.sources_seen = False  # the runner reports sources (prompt lookup on V1, synchronous scheduling)
         #: the latest step's k for the model's drafts: the runner drafts that many with the model and pads the rest
         #: for the lookup's drafts; the model's are verified up to it (``k`` itself unless lookup's drafts raised it)
         self.k_model = 0
-        self._k_model_before = 0  # the step before's (its drafts are the ones scheduled now)
         self._timed_alone = [True, True]  # the step before and this one drafted the model's k for every request
         self.buckets: dict[int, _Bucket] = {}
         self.requests: dict[str, _Request] = {}
@@ -699,20 +698,20 @@ class AdaptivePolicy:
             return
         self.sources_seen = True
         for r, src in zip(req_ids, sources):
-            self.sources[r] = (int(src), self.step)
+            self.sources[r] = (int(src), self.step, self.k_model)  # the drafts of the step just decided
 
     def request_width(self, req_id: str, k: int) -> int:
         """How many of a request's ``k`` pending drafts to verify, before the step is scheduled: all of the lookup's;
         of the model's, at most the ``k_model`` they were drafted with (the rest is padding, where lookup raised
         ``k``), and 0 where the request's drafts keep failing (:meth:`request_k`); where no source was reported, as
         the model's."""
-        src = self.sources.pop(req_id, (0, 0))[0]
+        src, _, k_model = self.sources.pop(req_id, (0, 0, k))
         self._verifying[req_id] = src
         if src == SOURCE_LOOKUP:
             self._lookup_pending += 1
             return k
-        if src == SOURCE_MODEL and self._k_model_before < k:
-            k = self._k_model_before
+        if src == SOURCE_MODEL and k_model < k:
+            k = k_model
         return self.request_k(req_id, k) if k > 0 else 0
 
     def request_k(self, req_id: str, k: int) -> int:
@@ -767,7 +766,6 @@ class AdaptivePolicy:
         self._cuts_this_step = 0
         self._lookup_pending = 0
         self._verifying.clear()
-        self._k_model_before = self.k_model if self.sources_seen else self.k
 
     def observe_request(self, req_id: str, num_draft: int, num_accepted: int) -> None:
         """One request's verification result in the step being finished."""
@@ -869,7 +867,7 @@ class AdaptivePolicy:
         old = [r for r, st in self.requests.items() if self.step - st.last_seen > 256]
         for r in old:
             del self.requests[r]
-        for r in [r for r, (_, step) in self.sources.items() if self.step - step > 256]:
+        for r in [r for r, (_, step, _) in self.sources.items() if self.step - step > 256]:
             del self.sources[r]  # finished with drafts pending
 
     # -- reporting -------------------------------------------------------------

@@ -787,7 +787,7 @@ def test_sources_are_kept_apart_and_forgotten():
     assert "prompt-lookup drafts accepted" in format_summary(pol.summary())
     # a step whose k lookup raised above the model's: the model's drafts are verified up to k_model, the lookup's all
     pol.k, pol.k_model = 3, 1
-    pol.note_sources(["a", "b"], [SOURCE_LOOKUP, SOURCE_MODEL])
+    pol.note_sources(["a", "b"], [SOURCE_LOOKUP, SOURCE_MODEL])  # drafted in a step whose model drafted 1
     pol.begin_step()
     assert (pol.request_width("a", 3), pol.request_width("b", 3)) == (3, 1)
     pol.note_sources(["a"], [SOURCE_LOOKUP])
