@@ -827,12 +827,12 @@ class AdaptivePolicy:
         if start is None or not pure_decode or b <= 0:
             return
         if not all(self._timed_alone):
-            # Lookup raised k in this step or the one before: the model drafted and verified fewer than k_drafted for
-            # some requests, which no cell measures. A step in which nothing was verified and the model drafted
-            # nothing is a plain step (and a lookup search).
-            if k_verified or self.k_model:
+            # Lookup raised k in this step or the one before. Where no lookup draft was verified in it and the model's
+            # were verified at the k_model it drafts now, it is a step of the model's at k_model (and a lookup search,
+            # and padding); otherwise its widths are mixed, which no cell measures.
+            if self._lookup_pending or k_verified != self.k_model:
                 return
-            k_drafted = 0
+            k_drafted = self.k_model
         elif k_verified != k_drafted:
             return
         dt = now - start
