@@ -517,9 +517,7 @@ class AdaptivePolicy:
         else:
             self._decay_pooled(self.cfg.idle_decay)
         if self._lookup_pending:
-            for j in range(min(self.k, self.k_max)):
-                self.lookup_s[j] *= self.cfg.decay
-                self.lookup_n[j] *= self.cfg.decay
+            self._decay_pooled(self.cfg.decay, self.k, lookup=True)
         k = self.k_model = self._decide(b)
         if self.sources_seen and self._probe_k is None and self.cfg.mode == "adaptive":
             kl = self._lookup_k(b)
@@ -693,8 +691,9 @@ class AdaptivePolicy:
         """Where each request's pending drafts come from (V1 with prompt lookup, synchronous scheduling: the runner
         reports it with the drafts); ``None``: not reported, those requests' sources are forgotten."""
         if sources is None:
-            for r in req_ids:
-                self.sources.pop(r, None)
+            if self.sources:  # (none kept without prompt lookup: nothing to do each step)
+                for r in req_ids:
+                    self.sources.pop(r, None)
             return
         self.sources_seen = True
         for r, src in zip(req_ids, sources):
@@ -781,34 +780,37 @@ class AdaptivePolicy:
             self.source_accepted[src] += num_accepted
         if self._probe_k:
             self._probe_seen += min(a + 1, n)
+        r = None
         if src == SOURCE_LOOKUP:  # the lookup's own pool; the model's, and the request's own estimate, see none
-            for j in range(min(a + 1, n)):
-                self.lookup_s[j] += 1.0 if j < a else 0.0
-                self.lookup_n[j] += 1.0
-            return
-        r = self.requests.get(req_id)
-        if r is None:
-            r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
-        r.last_seen = self.step
-        for j in range(n):
-            r.accepted[j] *= self.cfg.request_decay
-            r.verified[j] *= self.cfg.request_decay
+            acc_s, acc_n = self.lookup_s, self.lookup_n
+        else:
+            acc_s, acc_n = self.acc_s, self.acc_n
+            r = self.requests.get(req_id)
+            if r is None:
+                r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
+            r.last_seen = self.step
+            for j in range(n):
+                r.accepted[j] *= self.cfg.request_decay
+                r.verified[j] *= self.cfg.request_decay
         for j in range(min(a + 1, n)):  # positions 1..a accepted, a+1 rejected (if drafted)
             ok = 1.0 if j < a else 0.0
-            self.acc_s[j] += ok
-            self.acc_n[j] += 1.0
-            r.accepted[j] += ok
-            r.verified[j] += 1.0
+            acc_s[j] += ok
+            acc_n[j] += 1.0
+            if r is not None:
+                r.accepted[j] += ok
+                r.verified[j] += 1.0
 
-    def _decay_pooled(self, d: float, positions: int | None = None) -> None:
-        """Decay the pooled counts of the first ``positions`` positions (all by default).
+    def _decay_pooled(self, d: float, positions: int | None = None, *, lookup: bool = False) -> None:
+        """Decay the pooled counts of the first ``positions`` positions (all by default): the model's, or with
+        ``lookup`` prompt lookup's.
 
         While ``k`` tokens are drafted, positions beyond ``k`` get no observations; decaying them
         anyway would leave their estimate to the last probe's one or two observations."""
+        acc_s, acc_n = (self.lookup_s, self.lookup_n) if lookup else (self.acc_s, self.acc_n)
         n = self.k_max if positions is None else min(positions, self.k_max)
         for j in range(n):
-            self.acc_s[j] *= d
-            self.acc_n[j] *= d
+            acc_s[j] *= d
+            acc_n[j] *= d
 
     def step_start(self) -> float | None:
         """When the step being finished started, as :meth:`end_step` times it: at ``schedule()``, or at the end of the

@@ -167,7 +167,7 @@ def _drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         policy = policy_of(self)
         if policy is not None:
             t = perf_counter()
-            policy.note_sources(list(draft_token_ids.req_ids), getattr(draft_token_ids, SOURCES_ATTR, None))
+            policy.note_sources(draft_token_ids.req_ids, getattr(draft_token_ids, SOURCES_ATTR, None))
             policy.host_seconds += perf_counter() - t
         return original(self, draft_token_ids)
 
