@@ -272,7 +272,7 @@ class _Bucket:
 
 
 #: Where a request's pending drafts come from (:meth:`AdaptivePolicy.note_sources`): the plugin's model, or prompt
-#: lookup (the values of ``runtime.lookup.MODEL`` / ``LOOKUP``); 0 or absent: not reported.
+#: lookup (``runtime.lookup`` chooses with these values); 0 or absent: not reported.
 SOURCE_MODEL, SOURCE_LOOKUP = 1, 2
 SOURCE_NAMES = {SOURCE_MODEL: "model", SOURCE_LOOKUP: "lookup"}
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..policy import SOURCE_LOOKUP, SOURCE_MODEL
 from .state import IndexStaging, StatePool, token_requests
 
 ENV_LOOKUP = "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP"
@@ -38,7 +39,8 @@ DEFAULT_RANGE = (2, 4)
 MAX_NGRAM = 16
 #: weight of the latest step in a request's running acceptance rate of each draft source
 RATE_WEIGHT = 0.3
-MODEL, LOOKUP = 1, 2
+#: a request's draft source, as the trace records it and the adaptive policy is told (the policy's constants)
+MODEL, LOOKUP = SOURCE_MODEL, SOURCE_LOOKUP
 
 
 @dataclass(frozen=True)
