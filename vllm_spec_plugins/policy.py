@@ -322,15 +322,18 @@ class AdaptivePolicy:
         self.sources: dict[str, tuple[int, int, int]] = {}  # request -> (source, step reported, k_model then)
         self._verifying: dict[str, int] = {}
         self._lookup_pending = 0  # requests of the step being scheduled whose drafts are the lookup's
+        #: the most drafts of the model's one request verified in the latest step (positions its pool observed)
+        self._model_width = 0
         self.sources_seen = False  # the runner reports sources (prompt lookup on V1, synchronous scheduling)
         #: the latest step's k for the model's drafts: the runner drafts that many with the model and pads the rest
-        #: for the lookup's drafts; the model's are verified up to it (``k`` itself unless lookup's drafts raised it)
-        self.k_model = 0
+        #: for the lookup's drafts; the model's are verified up to it (``k`` itself unless lookup's drafts raised it;
+        #: set with ``k`` below)
         self._timed_alone = [True, True]  # the step before and this one drafted the model's k for every request
         self.buckets: dict[int, _Bucket] = {}
         self.requests: dict[str, _Request] = {}
         self.step = 0
         self.k = k_max if self.cfg.mode != "pinned" else int(self.cfg.pin or 0)
+        self.k_model = self.k
         self._probe_k: int | None = None
         self._probe_left = 0
         self._probe_seen = 0  # draft positions verified since the probe began
@@ -512,10 +515,16 @@ class AdaptivePolicy:
         t0 = time.perf_counter()
         self.step += 1
         self._b = b
-        if self.k > 0:  # positions this step verifies; the others keep what they last saw
-            self._decay_pooled(self.cfg.decay, self.k)
-        else:
+        # The latest step's k_model (k unless lookup's drafts raised it): at 0 the model's evidence fades fast, so
+        # that the next probe's counts; else the positions the model's drafts were verified at decay and the others
+        # keep what they last saw. Where the runner reports sources, that is up to the model's widest verified row:
+        # lookup's drafts may have raised k past k_model (decaying the rest too would leave them to the next one or
+        # two observations), or been every request's (nothing of the model's decays).
+        if self.k_model <= 0:
             self._decay_pooled(self.cfg.idle_decay)
+        else:
+            self._decay_pooled(self.cfg.decay, self._model_width if self.sources_seen else self.k)
+        self._model_width = 0
         if self._lookup_pending:
             self._decay_pooled(self.cfg.decay, self.k, lookup=True)
         k = self.k_model = self._decide(b)
@@ -785,6 +794,7 @@ class AdaptivePolicy:
             acc_s, acc_n = self.lookup_s, self.lookup_n
         else:
             acc_s, acc_n = self.acc_s, self.acc_n
+            self._model_width = max(self._model_width, n)
             r = self.requests.get(req_id)
             if r is None:
                 r = self.requests[req_id] = _Request([0.0] * self.k_max, [0.0] * self.k_max)
