@@ -89,3 +89,36 @@ def test_eagle3_checkpoint_keys(eagle3, raw, key):
 ])
 def test_eagle3_number_of_target_layers(eagle3, cfg, n):
     assert eagle3.num_target_layers(types.SimpleNamespace(**cfg)) == n
+
+
+def test_eagle3_logits_from_target_rows_go_through_vllms_gemm(eagle3, monkeypatch):
+    """A draft with d2t but no lm_head.weight takes the target head's rows of its vocabulary. Its logits go through
+    the GEMM vLLM's platform uses for its own linear layers (on the CPU build oneDNN with the rows prepacked: 0.48
+    ms in an engine where torch's ``x @ rows.T`` took 1.2 ms), and equal the plain product; where this vLLM has no
+    such dispatch, the plain product."""
+    import torch
+    from vllm.model_executor.layers import utils
+
+    calls = []
+    dispatch = utils.dispatch_unquantized_gemm
+
+    def spy(*a, **k):
+        gemm = dispatch(*a, **k)
+
+        def run(layer, x, weight, bias=None):
+            calls.append(tuple(x.shape))
+            return gemm(layer, x, weight, bias)
+        return run
+
+    monkeypatch.setattr(utils, "dispatch_unquantized_gemm", spy)
+    torch.manual_seed(0)
+    rows = torch.randn(300, 64)
+    logits = eagle3.rows_gemm(rows)
+    for m in (1, 3, 40):
+        x = torch.randn(m, 64)
+        torch.testing.assert_close(logits(x), x @ rows.T, rtol=1e-4, atol=1e-4)
+    assert calls == [(1, 64), (3, 64), (40, 64)]
+
+    monkeypatch.delattr(utils, "dispatch_unquantized_gemm")
+    x = torch.randn(2, 64)
+    torch.testing.assert_close(eagle3.rows_gemm(rows)(x), x @ rows.T, rtol=1e-4, atol=1e-4)
