@@ -20,7 +20,10 @@ Rows: no speculation; our EAGLE-1, our EAGLE-3 and our Medusa pinned to ``k = 0`
 (``VLLM_SPEC_PLUGINS_POLICY=0``); vLLM's built-in EAGLE-1 with its static schedule at ``k = 0`` for every
 batch size (``num_speculative_tokens_per_batch_size``), vLLM's own floor. Rows alternate and repeat; medians.
 
-    python -m bench.floor [--quick] [--concurrency 1] [--repeats 2]
+``--k K`` profiles drafting steps instead: the same drafters pinned to ``k = K`` (those whose ``K`` reaches it;
+vLLM's EAGLE-1 with its static schedule at ``K``), on the pure decode steps that verify ``K`` drafts per request.
+
+    python -m bench.floor [--quick] [--concurrency 1] [--repeats 2] [--k 0]
 """
 
 from __future__ import annotations
@@ -38,11 +41,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("step", "execute", "target_fwd", "sample_draft", "propose", "draft_fwd")
 
 
+def step_tokens(cfg: dict) -> int:
+    """Tokens per request in the steps a row profiles: the decoded one, and ``k`` drafts where it speculates."""
+    return 1 + (int(cfg.get("k", 0)) if cfg.get("spec") else 0)
+
+
 def _measure(cfg: dict) -> dict:
     """Runs in a child process: one in-process engine, instrumented."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     llm, runner = in_process_engine(cfg)
+    qlen = step_tokens(cfg)
     cur: dict[str, float] = {}
     decode = {"now": False}
     samples: list[dict[str, float]] = []
@@ -63,7 +72,7 @@ def _measure(cfg: dict) -> dict:
 
     def execute(self, scheduler_output, *a, **k):
         n = scheduler_output.num_scheduled_tokens
-        decode["now"] = bool(n) and not scheduler_output.scheduled_new_reqs and all(v == 1 for v in n.values())
+        decode["now"] = bool(n) and not scheduler_output.scheduled_new_reqs and all(v == qlen for v in n.values())
         return original_execute(self, scheduler_output, *a, **k)
 
     GPUModelRunner.execute_model = execute
@@ -94,6 +103,25 @@ def _measure(cfg: dict) -> dict:
             **{f"{p}_mean": statistics.fmean(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
 
 
+def floor_rows(drafts: Path, k: int = 0) -> dict[str, tuple[dict | None, dict[str, str]]]:
+    """Each row's speculative config and environment: no speculation, and every drafter whose ``K`` reaches ``k``
+    pinned to ``k`` (at ``k = 0`` also our EAGLE-1 with its first pass every step)."""
+    pin = {"VLLM_SPEC_PLUGINS_POLICY": str(k)}
+    eagle = {"model": str(drafts / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
+    rows: dict[str, tuple[dict | None, dict[str, str]]] = {"no speculation": (None, {})}
+    if k <= 2:
+        rows[f"our EAGLE-1, k={k}"] = (eagle, pin)
+    if k == 0:
+        rows["our EAGLE-1, k=0, first pass every step"] = (eagle, {**pin, "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"})
+    if k <= 2:
+        rows[f"vLLM EAGLE-1, k={k} schedule"] = ({**eagle, "num_speculative_tokens_per_batch_size": [(1, 16, k)]},
+                                                {"VLLM_SPEC_PLUGINS": ""})
+    rows[f"our EAGLE-3, k={k}"] = ({"model": str(drafts / "smollm2-eagle3"), "num_speculative_tokens": 3}, pin)
+    if k <= 2:
+        rows[f"our Medusa, k={k}"] = ({"model": str(drafts / "smollm2-medusa"), "num_speculative_tokens": 2}, pin)
+    return rows
+
+
 def _child(row: str, cfg: dict, env: dict) -> dict:
     from vllm_spec_plugins.cpu_env import preload_env
 
@@ -101,14 +129,15 @@ def _child(row: str, cfg: dict, env: dict) -> dict:
     return run_child("bench.floor", row, cfg, {**preload_env(), **env})
 
 
-def render(med: dict[str, dict], command: str, concurrency: int, repeats: int) -> str:
+def render(med: dict[str, dict], command: str, concurrency: int, repeats: int, k: int = 0) -> str:
     """The markdown table. ``beside target`` = step - target fwd: what the step spends outside the target's
     forward, the part speculation adds to (the target's own forward varies by several % from one engine to the
     next on this machine, more than what the drafter adds)."""
     base = med["no speculation"]
     beside0 = base["step"] - base["target_fwd"]
     mean0 = base["step_mean"] - base["target_fwd_mean"]
-    lines = [f"# k = 0 floor: pure decode steps, ms per step (median of {repeats} alternating runs), "
+    what = "k = 0 floor: pure decode steps" if not k else f"steps verifying k = {k} drafts per request"
+    lines = [f"# {what}, ms per step (median of {repeats} alternating runs), "
              f"concurrency {concurrency}", "", f"command: {command}", "",
              "| row | step | target fwd | beside target | added vs no spec | added, mean per step | sample+draft | "
              "propose | propose, mean | draft fwd | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -129,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 prompts of 48 tokens (default: 4 of 128)")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--k", type=int, default=0, choices=range(4),
+                    help="profile steps drafting and verifying k tokens per request (default 0: the floor)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args(argv)
     if args.child:
@@ -141,24 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     n, max_tokens = (2, 48) if args.quick else (4, 128)
     n = max(n, 2 * args.concurrency) if args.concurrency > 1 else n  # two full batches
     prompts, _ = held_out_prompt_ids(target, n)
-    k0 = {"VLLM_SPEC_PLUGINS_POLICY": "0"}
-    eagle = {"model": str(DRAFTS / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
-    rows = {
-        "no speculation": (None, {}),
-        "our EAGLE-1, k=0": (eagle, k0),
-        "our EAGLE-1, k=0, first pass every step": (eagle, {**k0, "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"}),
-        "vLLM EAGLE-1, k=0 schedule": ({**eagle, "num_speculative_tokens_per_batch_size": [(1, 16, 0)]},
-                                       {"VLLM_SPEC_PLUGINS": ""}),
-        "our EAGLE-3, k=0": ({"model": str(DRAFTS / "smollm2-eagle3"), "num_speculative_tokens": 3}, k0),
-        "our Medusa, k=0": ({"model": str(DRAFTS / "smollm2-medusa"), "num_speculative_tokens": 2}, k0),
-    }
+    rows = floor_rows(DRAFTS, args.k)
     results: dict[str, list[dict]] = {r: [] for r in rows}
     for rep in range(args.repeats):
         for row in (list(rows) if rep % 2 == 0 else list(rows)[::-1]):
             spec, env = rows[row]
             print(f"  {row} (repeat {rep + 1}) ...", flush=True)
             cfg = {"model": str(target), "spec": spec, "prompts": prompts, "max_tokens": max_tokens,
-                   "concurrency": args.concurrency}
+                   "concurrency": args.concurrency, "k": args.k}
             try:
                 results[row].append(_child(row, cfg, env))
             except RuntimeError as e:
@@ -167,11 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     med = {r: {p: statistics.median(x[p] for x in v) for p in parts} | {"steps": min(x["steps"] for x in v)}
            for r, v in results.items() if v}
     text = render(med, f"python -m bench.floor{' --quick' if args.quick else ''} --concurrency {args.concurrency} "
-                       f"--repeats {args.repeats}", args.concurrency, args.repeats)
+                       f"{f'--k {args.k} ' if args.k else ''}"
+                       f"--repeats {args.repeats}", args.concurrency, args.repeats, args.k)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"floor-c{args.concurrency}.json").write_text(json.dumps({"rows": results, "median": med}, indent=1))
-    (args.out / f"floor-c{args.concurrency}.md").write_text(text + "\n")
+    name = f"floor-c{args.concurrency}" + (f"-k{args.k}" if args.k else "")
+    (args.out / f"{name}.json").write_text(json.dumps({"rows": results, "median": med}, indent=1))
+    (args.out / f"{name}.md").write_text(text + "\n")
     return 0
 
 
