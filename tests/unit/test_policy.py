@@ -774,15 +774,16 @@ def test_steps_lookup_raised_k_for_do_not_wear_out_the_models_later_positions():
     """Where lookup's drafts raise ``k`` past the model's ``k_model``, the model's drafts are verified only up to
     ``k_model``: its later positions get no observations in those steps, and must keep what they last saw rather than
     decay towards the next one or two observations. Measured on the engine before (2026-12-04, ShareGPT, EAGLE-3 with
-    prompt lookup): the model's acceptance read 0.36 / 1.00 / 0.00 per position, for a draft that accepts about 0.35 at
-    position 1 and 0.14 at position 2 given position 1, and the policy's best ``k`` for the model was 2. Simulated here: the model's estimate of position 2,
-    after the first 300 steps, at most 0.45 in every seed (before: 1.0 in two of three seeds)."""
+    prompt lookup): the model's acceptance read 0.36 / 1.00 / 0.00 per position, for a draft that accepts about 0.35
+    at position 1 and 0.14 at position 2 given position 1, and the policy's best ``k`` for the model was 2. Simulated
+    here: the model's estimate of position 2, after the first 300 steps, at most 0.45 in every seed (before: 1.0 in
+    two of three seeds)."""
     for seed in range(3):
         clock = Clock()
-        seen = []
+        seen: list[float] = []
         simulate_sources(AdaptivePolicy(3, clock=clock), clock, steps=3000, b=1, cost=_eagle3_here,
                          a_model=(0.36, 0.14, 0.05), a_lookup=0.85, enter=0.067, stay=0.8, seed=seed,
-                         on_step=lambda p: seen.append(p.alphas()[1]))
+                         on_step=lambda p, seen=seen: seen.append(p.alphas()[1]))
         assert max(seen[300:]) <= 0.45, (seed, max(seen[300:]))
 
 
