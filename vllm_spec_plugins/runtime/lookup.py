@@ -209,5 +209,5 @@ class PromptLookup:
         use = found & (rate[:, 1] >= rate[:, 0])
         self.chosen = torch.where(use, LOOKUP, MODEL)
         t["source"][rows] = self.chosen
-        t["drafted"][rows] = k
+        t["drafted"].index_fill_(0, rows, k)  # (a Python number assigned by index is copied to the device: a sync)
         return torch.where(use.unsqueeze(1), ld.to(drafts.dtype), drafts)
