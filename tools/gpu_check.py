@@ -70,7 +70,7 @@ def check_search(device: torch.device) -> str:
     from vllm_spec_plugins.runtime.lookup import lookup_drafts, reference_lookup
 
     rng = random.Random(0)
-    found = 0
+    found = missed = 0
     for _ in range(300):
         B, L = rng.randint(1, 6), rng.randint(3, 64)
         ctx = torch.randint(0, 50, (B, L), dtype=torch.int32)
@@ -90,7 +90,10 @@ def check_search(device: torch.device) -> str:
                 raise AssertionError(f"lookup_drafts on {device}: {seq} k={k} n={lo}..{hi}: {drafts[b].tolist()} "
                                      f"(found {bool(hit[b])}), reference {ref}")
             found += ref is not None
-    return f"300 batches, {found} rows with a match, all equal to the reference"
+            missed += ref is None
+    if found < 100 or missed < 100:
+        raise AssertionError(f"too few rows with ({found}) or without ({missed}) a match to check both cases")
+    return f"300 batches, {found} rows with a match and {missed} without, all equal to the reference"
 
 
 class _Batch:
