@@ -8,8 +8,8 @@ pinned-memory probe of ``runtime/state.py``, is stood in for here). Checks:
 
 1. ``lookup_drafts`` on the device equals ``reference_lookup`` (plain Python) on 300 random batches.
 2. ``PromptLookup.rows``, ``observe`` and ``compose`` over 40 steps of a simulated batch, every call under
-   ``torch.cuda.set_sync_debug_mode("error")`` (any synchronising operation raises); each step's drafts equal the
-   reference on the sequences so far.
+   ``torch.cuda.set_sync_debug_mode("error")`` (it raises on the synchronising operations it detects; torch calls
+   it a prototype that does not detect all); each step's drafts equal the reference on the sequences so far.
 3. ``compose`` captured in a CUDA graph once, then replayed on later steps' tables: equal to eager.
 4. ``KeptRows.keep`` and ``take`` (the skipped first-pass rows) under the same sync check: the rows taken back are
    those kept, request by request.
