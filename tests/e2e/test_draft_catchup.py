@@ -10,6 +10,10 @@ of every position (V1's trace, replayed as in test_eagle_engine); drafts and acc
 the first pass run every step (``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP=0``, V1); MRV2 skips and catches up where V1
 does, with the same drafts. The replay is shown to depend on the skipped rows: with them zeroed,
 drafts after the gap disagree with it.
+
+On V1 a step that verifies drafts while the model drafts nothing (prompt lookup's, with the adaptive policy's
+model ``k`` at 0) is skipped too, its rows trimmed to the accepted drafts at the next step: drafts equal the first
+pass run every step, a control with those rows zeroed changes them, and both workers of TP=2 skip alike.
 """
 
 from __future__ import annotations
@@ -234,3 +238,97 @@ def test_eagle3_catches_up_the_combined_target_layers(tiny, tmp_path_factory):
     assert drafted(records) == drafted(records0)
     r2, _ = runs["v2"]
     assert r2.outputs == r.outputs and r2.accepted_per_pos == r.accepted_per_pos
+
+
+# -- steps that verify drafts while the model drafts nothing (V1, synchronous scheduling) -----------------------
+
+#: prompt lookup beside the draft, the adaptive policy timed by a cost model (test_lookup_widths): the draft
+#: accepts about one in ten, so the model's k is mostly 0 and many steps verify the lookup's drafts alone (and
+#: some the model's own, drafted the step before the policy's k fell to 0)
+LOOKUP_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.3333",
+              "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "on"}
+#: a throwaway sitecustomize for the control below: the rows kept from steps that verified drafts, zeroed
+ZEROED = '''
+import torch
+from vllm_spec_plugins.runtime import catchup
+
+_keep = catchup.KeptRows.keep
+
+
+def keep(self, req_ids, token_ids, positions, slots, hidden, counts=None, first_positions=None):
+    if counts is not None:
+        token_ids, hidden = torch.zeros_like(token_ids), torch.zeros_like(hidden)
+    return _keep(self, req_ids, token_ids, positions, slots, hidden, counts, first_positions)
+
+
+catchup.KeptRows.keep = keep
+'''
+
+
+def _lookup_run(tiny, draft, tmp_path_factory, env: dict[str, str], tp: int = 1):
+    trace = tmp_path_factory.mktemp("trace-lookup")
+    spec = {"model": str(draft), "num_speculative_tokens": K}
+    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
+                   env={**LOOKUP_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner="v1",
+                   tensor_parallel_size=tp)
+    return r, (_records(trace) if tp == 1 else trace)
+
+
+@pytest.fixture(scope="module")
+def lookup_skipping(tiny, draft, tmp_path_factory):
+    return _lookup_run(tiny, draft, tmp_path_factory, {})
+
+
+@pytest.fixture(scope="module")
+def lookup_every_step(tiny, draft, tmp_path_factory):
+    return _lookup_run(tiny, draft, tmp_path_factory, {"VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"})
+
+
+def _skipped_verifying(rec) -> bool:
+    """A skipped step in which requests verified drafts (more tokens than requests)."""
+    return rec["first_pass"] == "skipped" and int(rec["query_start_loc"][-1]) > len(rec["req_ids"])
+
+
+def test_steps_verifying_drafts_while_the_model_drafts_nothing_skip_the_first_pass(
+        lookup_skipping, lookup_every_step, baseline_eagle_lengths):
+    """The model drafts nothing, drafts are verified (the lookup's): the rows of every verified token are kept,
+    those past a request's first rejected draft trimmed at its next step, the rest replayed before the model
+    drafts again. Drafts, step by step, and acceptance equal the first pass run every step."""
+    (r, records), (r0, records0) = lookup_skipping, lookup_every_step
+    assert r.outputs == r0.outputs == baseline_eagle_lengths.outputs
+    skipped = [rec for rec in records if _skipped_verifying(rec)]
+    assert len(skipped) >= 20, len(skipped)
+    assert sum(rec["trimmed"] for rec in records) > 0  # some drafts were rejected, their rows dropped
+    assert sum(rec["caught_up"] for rec in records) > 0
+    modelled = [i for i, rec in enumerate(records) if rec["first_pass"] == "ran" and rec["lookup_model_k"]]
+    assert any(any(_skipped_verifying(rec) for rec in records[:i]) for i in modelled)  # drafted after a skip
+    assert not any(rec["first_pass"] == "skipped" for rec in records0)
+    assert r.metrics["drafts"] == r0.metrics["drafts"] and r.accepted_per_pos == r0.accepted_per_pos
+    assert [rec["drafts"].tolist() for rec in records] == [rec["drafts"].tolist() for rec in records0]
+
+
+def test_the_drafts_depend_on_the_rows_kept_from_lookup_steps(tiny, draft, tmp_path_factory, lookup_every_step,
+                                                              monkeypatch):
+    """The comparison above can fail: with the rows kept from steps that verified drafts zeroed (a throwaway
+    ``sitecustomize.py``, in an engine started as a new process so that it runs; plain decode steps keep theirs),
+    the drafts are no longer those of the first pass run every step."""
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "0")
+    site = tmp_path_factory.mktemp("zeroed")
+    (site / "sitecustomize.py").write_text(ZEROED)
+    r, records = _lookup_run(tiny, draft, tmp_path_factory, {"PYTHONPATH": str(site)})
+    r0, records0 = lookup_every_step
+    assert r.outputs == r0.outputs  # the drafts change, never the output: every draft is verified
+    assert any(_skipped_verifying(rec) for rec in records)
+    assert [rec["drafts"].tolist() for rec in records] != [rec["drafts"].tolist() for rec in records0]
+
+
+def test_tensor_parallel_2_skips_the_same_steps_on_both_workers(tiny, draft, tmp_path_factory,
+                                                                 baseline_eagle_lengths):
+    """Both workers keep, trim and catch up in the same steps: the decisions come from the scheduler's counts,
+    which both receive."""
+    r, trace = _lookup_run(tiny, draft, tmp_path_factory, {}, tp=2)
+    assert r.outputs == baseline_eagle_lengths.outputs
+    ranks = [load_trace(trace, rank=rank) for rank in (0, 1)]
+    assert sum(_skipped_verifying(rec) for rec in ranks[0]) >= 20 and sum(rec["trimmed"] for rec in ranks[0]) > 0
+    assert [(rec["first_pass"], rec["caught_up"], rec["trimmed"]) for rec in ranks[0]] == \
+        [(rec["first_pass"], rec["caught_up"], rec["trimmed"]) for rec in ranks[1]]

@@ -15,6 +15,13 @@ chunk of a prefill, which writes the same draft KV the skipped passes would have
 the host: the kept rows are copied on the device, and their bookkeeping (which request holds which rows, how
 many) is host-side, derived from the step's scheduled requests.
 
+On V1 with synchronous scheduling, a step whose model drafts nothing but which verifies prompt lookup's drafts is
+skipped too (prompt lookup beside an attention drafter, with the model's ``k`` at 0): each request keeps every row it
+verified, and the rows past its first rejected draft are trimmed once the host knows how many were accepted, from
+the request's position at the next step it is scheduled in (:meth:`KeptRows.settle`). The trimmed rows' KV slots are
+written again by the tokens that really hold those positions, as vLLM's own first pass over rejected drafts leaves
+them to be.
+
 ``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP`` sets the rows kept per request (default 16; memory: ``max_num_seqs * rows``
 rows of the target's hidden states fed to the drafter); ``0`` turns skipping off (the first pass runs every
 step, vLLM's own behaviour).
@@ -66,8 +73,10 @@ class Taken:
 class KeptRows:
     """Per-request rows of skipped first passes, in static device buffers allocated once.
 
-    Request ``r`` holds a slot of :attr:`rows` consecutive rows; a skipped step appends one row to each of
-    its requests. Host bookkeeping only: ``where[req_id] = [slot, count]``.
+    Request ``r`` holds a slot of :attr:`rows` consecutive rows; a skipped step appends its rows of that step
+    (one in a plain decode step). Host bookkeeping only: ``where[req_id] = [slot, count]``, and for rows kept
+    from a step that verified drafts, ``pending[req_id] = (count before, position of the first row, rows)`` until
+    :meth:`settle` trims them to the accepted ones.
     """
 
     def __init__(self, max_reqs: int, rows: int, width: int, dtype: torch.dtype, device: torch.device,
@@ -80,45 +89,77 @@ class KeptRows:
         self.hidden = torch.zeros((n, width), dtype=dtype, device=device)
         self._to_device = IndexStaging(n, device)  # the rows' flat index, copied without a host sync
         self.where: dict[str, list[int]] = {}
+        self.pending: dict[str, tuple[int, int, int]] = {}
         self._free = list(range(max_reqs - 1, -1, -1))
 
     def __len__(self) -> int:
         return len(self.where)
 
-    def can_keep(self, req_ids: list[str]) -> bool:
-        """Whether one more row of each of these requests fits (a request at its limit must be caught up)."""
+    def can_keep(self, req_ids: list[str], counts: list[int] | None = None) -> bool:
+        """Whether ``counts[i]`` more rows (one each by default) of each of these requests fit (a request at its
+        limit must be caught up)."""
         new = 0
-        for rid in req_ids:
+        for i, rid in enumerate(req_ids):
+            n = 1 if counts is None else counts[i]
             held = self.where.get(rid)
             if held is None:
                 new += 1
-            elif held[1] >= self.rows:
+                if n > self.rows:
+                    return False
+            elif held[1] + n > self.rows:
                 return False
         return new <= len(self._free)
 
     def keep(self, req_ids: list[str], token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-             hidden: torch.Tensor) -> None:
-        """Append one row per request (row ``i`` of each tensor is request ``req_ids[i]``'s). Call
-        :meth:`can_keep` first."""
-        flat = []
-        for rid in req_ids:
+             hidden: torch.Tensor, counts: list[int] | None = None, first_positions: list[int] | None = None
+             ) -> None:
+        """Append rows: ``counts[i]`` rows of request ``req_ids[i]`` (one each by default), request after request
+        in the tensors. With ``first_positions`` (the host's position of each request's first row this step),
+        the rows of a request with more than one are pending: :meth:`settle` keeps those up to the last accepted
+        one. Call :meth:`can_keep` first."""
+        flat: list[int] = []
+        for i, rid in enumerate(req_ids):
+            n = 1 if counts is None else counts[i]
             held = self.where.get(rid)
             if held is None:
                 held = self.where[rid] = [self._free.pop(), 0]
-            flat.append(held[0] * self.rows + held[1])
-            held[1] += 1
+            start = held[0] * self.rows + held[1]
+            flat.extend(range(start, start + n))
+            if first_positions is not None and n > 1:
+                self.pending[rid] = (held[1], int(first_positions[i]), n)
+            held[1] += n
         idx = self._to_device(flat)
         self.token_ids.index_copy_(0, idx, token_ids.to(self.token_ids.dtype))
         self.positions.index_copy_(0, idx, positions.to(torch.int64))
         self.slots.index_copy_(0, idx, slots.to(torch.int64))
         self.hidden.index_copy_(0, idx, hidden.to(self.hidden.dtype))
 
+    def settle(self, req_ids: list[str], positions: list[int]) -> int:
+        """Trim the pending rows of these requests, given each one's position now (the host's count of its
+        computed tokens at a later step: its first row verified, the drafts accepted, and nothing of the rest).
+        Returns the rows trimmed."""
+        trimmed = 0
+        for rid, pos in zip(req_ids, positions, strict=True):
+            pend = self.pending.pop(rid, None)
+            held = self.where.get(rid)
+            if pend is None or held is None:
+                continue
+            before, first, n = pend
+            valid = max(1, min(n, int(pos) - first))
+            trimmed += n - valid
+            held[1] = before + valid
+        return trimmed
+
     def take(self, req_ids: list[str]) -> Taken | None:
-        """Hand back (and forget) the rows of those of ``req_ids`` (the step's batch, in order) that hold any."""
+        """Hand back (and forget) the rows of those of ``req_ids`` (the step's batch, in order) that hold any.
+        Pending rows must have been settled."""
         batch_rows: list[int] = []
         counts: list[int] = []
         flat: list[int] = []
         for row, rid in enumerate(req_ids):
+            if rid in self.pending:
+                raise RuntimeError(f"vllm_spec_plugins: the kept first-pass rows of request {rid!r} were not "
+                                   f"trimmed to its accepted drafts before a catch-up (KeptRows.settle)")
             held = self.where.pop(rid, None)
             if held is None:
                 continue
@@ -134,6 +175,7 @@ class KeptRows:
     def drop(self, req_id: str) -> None:
         """Forget a request's rows: it finished, or was preempted (its KV blocks are freed and re-filled by the
         prefill it resumes with, first pass included)."""
+        self.pending.pop(req_id, None)
         held = self.where.pop(req_id, None)
         if held is not None:
             self._free.append(held[0])
