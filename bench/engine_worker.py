@@ -4,7 +4,10 @@ The benchmark keeps several of these alive at once and interleaves their timed
 phases, so machine drift hits every row alike. Commands:
 
 * ``{"cmd": "run", "prompts": [[ids], ...], "concurrency": c, "max_tokens": n}``: generate greedily,
-  ``c`` requests at a time, and answer ``{"seconds", "tokens", "outputs", "spec": {metric deltas}}``.
+  ``c`` requests at a time, and answer ``{"seconds", "tokens", "outputs", "spec": {metric deltas}}``. In batches
+  of ``c`` (each waits for its longest request), or with ``"stream": true`` as a closed loop: ``c`` requests in
+  flight, the next prompt starting as soon as one finishes (what a server sees from ``c`` busy clients, vLLM's
+  ``--max-concurrency``).
 * ``{"cmd": "quit"}``.
 
 The first line written is ``{"ready": true, "start_seconds": ...}`` once the engine is up.
@@ -30,6 +33,23 @@ def _delta(after: dict, before: dict) -> dict:
     return out
 
 
+def generate_stream(engine, prompts: list, params, c: int, tag: str) -> list[list[int]]:
+    """Keep ``c`` requests in flight on ``engine`` (vLLM's ``LLMEngine``) until every prompt is answered; the
+    answers in prompt order. Request ids are ``tag-i``: give each call its own ``tag``."""
+    answers: dict[int, list[int]] = {}
+    nxt = live = 0
+    while nxt < len(prompts) or live:
+        while nxt < len(prompts) and live < c:
+            engine.add_request(f"{tag}-{nxt}", prompts[nxt], params)
+            nxt += 1
+            live += 1
+        for o in engine.step():
+            if o.finished:
+                answers[int(o.request_id.rsplit("-", 1)[1])] = list(o.outputs[0].token_ids)
+                live -= 1
+    return [answers[i] for i in range(len(prompts))]
+
+
 def main() -> None:
     # vLLM (and the engine processes it spawns) log to stdout: keep the protocol on a private copy of
     # the original stdout and point file descriptor 1 at stderr.
@@ -50,6 +70,7 @@ def main() -> None:
     start = time.perf_counter() - t0
     out.write(json.dumps({"ready": True, "start_seconds": start, "pid": os.getpid()}) + "\n")
     out.flush()
+    runs = 0
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["cmd"] == "quit":
@@ -60,9 +81,13 @@ def main() -> None:
         before = spec_metrics(llm)
         outputs: list[list[int]] = []
         t = time.perf_counter()
-        for i in range(0, len(prompts), c):
-            for r in llm.generate(prompts[i:i + c], params, use_tqdm=False):
-                outputs.append(list(r.outputs[0].token_ids))
+        runs += 1
+        if cmd.get("stream"):
+            outputs = generate_stream(llm.llm_engine, prompts, params, c, f"run{runs}")
+        else:
+            for i in range(0, len(prompts), c):
+                for r in llm.generate(prompts[i:i + c], params, use_tqdm=False):
+                    outputs.append(list(r.outputs[0].token_ids))
         seconds = time.perf_counter() - t
         out.write(json.dumps({"seconds": seconds, "tokens": sum(map(len, outputs)), "outputs": outputs,
                               "spec": _delta(spec_metrics(llm), before)}) + "\n")

@@ -84,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     ap.add_argument("--prompts-c1", type=int, default=3)
     ap.add_argument("--prompts-cn", type=int, default=1)
+    ap.add_argument("--stream", action="store_true", help="as bench.run --stream: at concurrency c > 1, c requests "
+                    "in flight over --prompts-cn x c prompts per phase, instead of batches of c")
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         "vllm": vllm_minor(),
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
                      "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "cpu_runtime": runtime,
-                     "dtype": "float32", "enforce_eager": True},
+                     "dtype": "float32", "enforce_eager": True, "stream": args.stream,
+                     "prompts_cn": args.prompts_cn},
         "rows": results,
         "policy_stats": stats,
         "targets": targets(results),
@@ -197,7 +200,10 @@ def markdown(report: dict) -> str:
     lines = [
         f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
         f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
-        f"EAGLE K={s['k_eagle']}; CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
+        f"EAGLE K={s['k_eagle']}; "
+        + (f"at concurrency c > 1, c requests in flight (a closed loop over {s.get('prompts_cn', 1)} x c prompts "
+           "per phase); " if s.get("stream") else "")
+        + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
         f"({report['wall_seconds'] / 60:.1f} min).",
         "",
         "| row | concurrency | tokens/s | speedup vs no spec (per rep) | mean acceptance length | outputs = no spec |",

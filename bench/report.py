@@ -38,6 +38,8 @@ def markdown(report: dict) -> str:
         + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. ",
            "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
             s.get("prompt_set", "heldout"), "")
+        + ("At concurrency c > 1, c requests in flight (a closed loop over "
+           f"{s.get('prompts_cn', 1)} x c prompts per phase). " if s.get("stream") else "")
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",

@@ -11,7 +11,10 @@ their median reported. Greedy, held-out prompts only (``bench.prompts.heldout_pr
 
 Every engine gets vLLM's CPU runtime (Intel OpenMP and tcmalloc in ``LD_PRELOAD``, docs/cpu.md) unless
 ``--cpu-runtime off``; ``--cpu-runtime both`` measures every row with and without it instead, the two engines
-of a row alive together and interleaved. Writes ``bench/out/results.json`` and ``bench/out/results.md``.
+of a row alive together and interleaved. At concurrency c > 1 each timed phase is ``--prompts-cn`` batches of c
+requests, each batch waiting for its longest request; ``--stream`` keeps c requests in flight instead (the next
+prompt starts as one finishes), as a server with c busy clients sees. Writes ``bench/out/results.json`` and
+``bench/out/results.md``.
 
     python -m bench.run            # full
     python -m bench.run --quick    # under 5 minutes: no speculation, our Medusa, our EAGLE started together,
@@ -67,9 +70,9 @@ class Engine:
         self.ready = json.loads(line)
         self.start_seconds = time.perf_counter() - self._t0
 
-    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int, stream: bool = False) -> dict:
         self.proc.stdin.write(json.dumps({"cmd": "run", "prompts": prompts, "concurrency": concurrency,
-                                          "max_tokens": max_tokens}) + "\n")
+                                          "max_tokens": max_tokens, "stream": stream}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -280,14 +283,14 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
         for e in engines.values():  # warm-up: one request, then one full batch of each concurrency
             e.run(prompts[:1], 1, warm)
             for c in args.concurrency:
-                e.run(prompts[:c], c, warm)
+                e.run(prompts[:c], c, warm, stream=args.stream and c > 1)
         phases: dict[tuple[str, int], list[dict]] = {(n, c): [] for n in names for c in args.concurrency}
         order = list(names)
         for rep in range(args.repeats):
             for c in args.concurrency:
                 batch = prompts[: args.prompts_c1] if c == 1 else prompts[: args.prompts_cn * c]
                 for name in order:
-                    r = engines[name].run(batch, c, args.max_tokens)
+                    r = engines[name].run(batch, c, args.max_tokens, stream=args.stream and c > 1)
                     phases[(name, c)].append(r)
                     print(f"  rep {rep + 1}/{args.repeats} c={c} {name}: {r['tokens'] / r['seconds']:.1f} tok/s",
                           flush=True)
@@ -309,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--prompts-c1", type=int, default=3, help="prompts per timed phase at concurrency 1")
-    ap.add_argument("--prompts-cn", type=int, default=1, help="batches per timed phase at concurrency > 1")
+    ap.add_argument("--prompts-cn", type=int, default=1, help="batches per timed phase at concurrency > 1 (with "
+                    "--stream: prompts per phase = this times the concurrency)")
+    ap.add_argument("--stream", action="store_true",
+                    help="at concurrency c > 1, keep c requests in flight (a closed loop: the next prompt starts as "
+                         "one finishes, as from c busy clients) instead of batches of c that each wait for their "
+                         "longest request")
     ap.add_argument("--k-medusa", type=int, default=2, help="speculative tokens for Medusa (its first heads)")
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft (the adaptive "
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                      "dtype": "float32", "enforce_eager": True,
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
                      "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens,
-                     "runner": args.runner},
+                     "runner": args.runner, "stream": args.stream},
         "rows": results,
         "paired": paired,
         "runtime": runtime,

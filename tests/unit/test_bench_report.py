@@ -45,6 +45,9 @@ def test_markdown_tables():
     report["settings"] |= {"k_eagle3": 3, "prompt_set": "chat"}
     md = markdown(report | {"rows": [spec]})
     assert "| 2.50 in 12 % of steps | yes |" in md and "EAGLE-3 K=3" in md and "MT-Bench questions" in md
+    assert "in flight" not in md
+    report["settings"] |= {"stream": True, "prompts_cn": 3}
+    assert "At concurrency c > 1, c requests in flight (a closed loop over 3 x c prompts per phase)" in markdown(report)
     o = overhead_markdown({"command": "c", "vllm": "0.32.0", "steps": 5, "concurrency": 1,
                            "rows": [{"row": "our EAGLE", "propose_ms": 3.0, "model_ms": 2.0, "other_ms": 1.0}],
                            "pairs": [{"pair": "p", "propose_ratio": 1.0, "other_ratio": 1.1}],
