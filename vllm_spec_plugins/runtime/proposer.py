@@ -352,8 +352,9 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                             target_positions: torch.Tensor, target_hidden_states: torch.Tensor,
                             next_token_ids: torch.Tensor, token_indices_to_sample: torch.Tensor | None, cad: Any
                             ) -> bool:
-        """A step in which the model drafts nothing but prompt lookup's drafts are verified (``k`` is the model's):
-        keep every row the first pass would have consumed, each request's verified tokens, instead of running it.
+        """A step in which the model drafts nothing (``k`` is the model's) but drafts are verified (prompt lookup's,
+        or the model's own from the step before its ``k`` fell to 0): keep every row the first pass would have
+        consumed, each request's verified tokens, instead of running it.
         Which of them hold accepted drafts the host learns at the request's next step (:meth:`_settle_kept`).
 
         Only with synchronous scheduling (the host's count of computed tokens is then exact at the next step) and
@@ -385,8 +386,8 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         return True
 
     def _settle_kept(self, B: int) -> None:
-        """Trim rows kept from steps that verified lookup drafts to the drafts accepted, from each request's count
-        of computed tokens now (the runner's, exact with synchronous scheduling)."""
+        """Trim rows kept from steps that verified drafts to the drafts accepted, from each request's count of
+        computed tokens now (the runner's, exact with synchronous scheduling)."""
         assert self.kept is not None
         req_ids = self._step.get("req_ids")
         if not self.kept.pending or req_ids is None:
