@@ -17,10 +17,10 @@ many) is host-side, derived from the step's scheduled requests.
 
 On V1 with synchronous scheduling, a step whose model drafts nothing but which verifies drafts is skipped too
 (prompt lookup's, beside an attention drafter whose ``k`` the policy put at 0; or the model's own, drafted in the
-step before its ``k`` fell to 0): each request keeps every row it verified, and the rows past its first rejected draft are trimmed once the host knows how many were accepted, from
-the request's position at the next step it is scheduled in (:meth:`KeptRows.settle`). The trimmed rows' KV slots are
-written again by the tokens that really hold those positions, as vLLM's own first pass over rejected drafts leaves
-them to be.
+step before its ``k`` fell to 0): each request keeps every row it verified, and the rows past its first rejected
+draft are trimmed once the host knows how many were accepted, from the request's position at the next step it is
+scheduled in (:meth:`KeptRows.settle`). The trimmed rows' KV slots are written again by the tokens that really
+hold those positions, as vLLM's own first pass over rejected drafts leaves them to be.
 
 ``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP`` sets the rows kept per request (default 16; memory: ``max_num_seqs * rows``
 rows of the target's hidden states fed to the drafter); ``0`` turns skipping off (the first pass runs every
