@@ -38,10 +38,10 @@ def in_process_engine(cfg: dict):
 
 def drive(llm, cfg: dict, after_warmup) -> None:
     """One warm-up batch, ``after_warmup()`` (clear what it recorded), then every prompt of ``cfg`` in batches of
-    ``cfg["concurrency"]``, greedy, ``cfg["max_tokens"]`` each."""
+    ``cfg["concurrency"]``, greedy, ``cfg["max_tokens"]`` each (all of them with ``cfg["ignore_eos"]``)."""
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"])
+    params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"], ignore_eos=cfg.get("ignore_eos", False))
     prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
     c = cfg["concurrency"]
     llm.generate(prompts[:c], params, use_tqdm=False)  # warm-up
