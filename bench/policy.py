@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.report import stream_note
 from bench.run import DRAFTS, OUT, held_out_prompt_ids, run_group, summarize, vllm_minor
 
 
@@ -201,8 +202,7 @@ def markdown(report: dict) -> str:
         f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
         f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
         f"EAGLE K={s['k_eagle']}; "
-        + (f"at concurrency c > 1, c requests in flight (a closed loop over {s.get('prompts_cn', 1)} x c prompts "
-           "per phase); " if s.get("stream") else "")
+        + (f"{stream_note(s)}. " if s.get("stream") else "")
         + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
         f"({report['wall_seconds'] / 60:.1f} min).",
         "",

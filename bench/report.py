@@ -7,6 +7,12 @@ import sys
 from pathlib import Path
 
 
+def stream_note(settings: dict) -> str:
+    """How ``--stream`` loads an engine, for a report's header (bench.run's and bench.policy's)."""
+    return (f"At concurrency c > 1, c requests in flight (a closed loop over {settings.get('prompts_cn', 1)} x c "
+            "prompts per phase)")
+
+
 def _pct(xs: list[float]) -> str:
     return " / ".join(f"{x:.0%}" for x in xs) if xs else "–"
 
@@ -38,8 +44,7 @@ def markdown(report: dict) -> str:
         + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. ",
            "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
             s.get("prompt_set", "heldout"), "")
-        + ("At concurrency c > 1, c requests in flight (a closed loop over "
-           f"{s.get('prompts_cn', 1)} x c prompts per phase). " if s.get("stream") else "")
+        + (f"{stream_note(s)}. " if s.get("stream") else "")
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",
