@@ -23,10 +23,10 @@ MM_MASK_ATTR = "_vsp_is_mm_embed"
 """Where the runner patches leave the step's multimodal-row mask (patches 18 and 19), on the V1 runner or MRV2's
 ``EncoderRunner``, for ``Source.IS_MULTIMODAL``."""
 SOURCES_ATTR = "vsp_sources"
-"""Where the V1 runner patch (patch 20) puts, on the ``DraftTokenIds`` it hands the scheduler, the source of each
-request's drafts with prompt lookup on (1: the plugin's model, 2: lookup); the scheduler patch (21) reads it."""
+"""Where the runner patches (20: V1, 22: MRV2) put, on the ``DraftTokenIds`` they hand the scheduler, the source of
+each request's drafts with prompt lookup on (1: the plugin's model, 2: lookup); the scheduler patch (21) reads it."""
 MODEL_K_ATTR = "vsp_model_k"
 """Where the scheduler patch (9) puts, on a ``SchedulerOutput`` whose ``k`` the policy raised for prompt lookup's
 drafts, how many of them the plugin's model drafts (the rest are padding where lookup finds no match); the runner
-patch (5) hands it to the proposer."""
+patch (5 on V1, 23 on MRV2) hands it to the proposer."""
 SUPPORTED_VLLM = ((0, 32), (0, 33))

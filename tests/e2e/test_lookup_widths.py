@@ -1,6 +1,7 @@
-"""Prompt lookup beside a plugin drafter, with the adaptive policy on (V1): the runner tells the scheduler which
-requests' drafts are the lookup's (patches 20 and 21); the policy keeps their acceptance apart, verifies them at the
-k they pay for, and the model's at the model's own k, which the runner drafts (0: lookup's drafts alone).
+"""Prompt lookup beside a plugin drafter, with the adaptive policy on (both runners, synchronous scheduling): the
+runner tells the scheduler which requests' drafts are the lookup's (patches 20/22 and 21); the policy keeps their
+acceptance apart, verifies them at the k they pay for, and the model's at the model's own k, which the runner drafts
+(0: lookup's drafts alone; MRV2 learns it through patch 23).
 
 Medusa and EAGLE-1 on the tiny target: the tiny target repeats itself, which lookup predicts and the tiny drafts do
 not. The policy's step costs come from a cost model (drafting k tokens costs 1 + k/3 plain steps), not the wall clock.
@@ -8,7 +9,7 @@ not. The policy's step costs come from a cost model (drafting k tokens costs 1 +
 Oracles: greedy output equals no speculation; the drafts the policy counts as the lookup's, verified and accepted,
 equal those the trace shows verified in the step after the runner chose lookup for that request (so each source
 reached the scheduler with its request); a request's model drafts are never verified past the number the model
-drafted; some steps drafted from lookup alone. Without sources (MRV2) the policy runs as before.
+drafted; some steps drafted from lookup alone. MRV2 drafts what V1 drafts, step by step.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 from tests.conftest import EAGLE_LENGTHS, PROMPTS
 from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP
-from vllm_spec_plugins.runtime.trace import load_trace
+from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 
 K = 3
@@ -27,22 +28,33 @@ POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PL
               ENV_LOOKUP: "on"}
 
 
-def _run(tiny, tmp_path, runner: str, tp: int = 1, kind: str = "medusa"):
-    trace, stats = tmp_path / f"trace-{runner}", tmp_path / f"stats-{runner}.json"
-    spec = {"model": str(tiny[kind]), "num_speculative_tokens": K}
-    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   env={**POLICY_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
-                        "VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats)}, runner=runner, tensor_parallel_size=tp)
-    return r, load_trace(trace), json.loads(stats.read_text())
+_RUNS: dict[tuple[str, int, str], tuple] = {}
 
 
-@pytest.mark.parametrize("kind, tp", [("medusa", 1), ("eagle", 1), ("medusa", 2)])
-def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path, baseline_eagle_lengths, kind, tp):
+def _run(tiny, tmp_path_factory, runner: str, tp: int = 1, kind: str = "medusa"):
+    """One engine per (kind, tp, runner) and test module (its trace and statistics shared by the tests below)."""
+    key = (kind, tp, runner)
+    if key not in _RUNS:
+        d = tmp_path_factory.mktemp(f"widths-{kind}-{tp}-{runner}")
+        trace, stats = d / "trace", d / "stats.json"
+        spec = {"model": str(tiny[kind]), "num_speculative_tokens": K}
+        r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
+                       env={**POLICY_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace),
+                            "VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats)}, runner=runner, tensor_parallel_size=tp)
+        _RUNS[key] = (r, load_trace(trace), json.loads(stats.read_text()))
+    return _RUNS[key]
+
+
+@pytest.mark.parametrize("kind, tp, runner", [("medusa", 1, "v1"), ("eagle", 1, "v1"), ("medusa", 2, "v1"),
+                                              ("medusa", 1, "v2"), ("eagle", 1, "v2")])
+def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factory, baseline_eagle_lengths, kind, tp,
+                                                           runner):
     """Heads and attention drafters (EAGLE: its first pass skipped in steps where only lookup drafts and nothing is
     verified, caught up before the model drafts again). At tensor parallel 2 the sources travel from the output
     rank's worker process to the engine core with the drafts (pickled on the ``DraftTokenIds``), and ``k_model``
-    from the engine core to both workers on the ``SchedulerOutput``."""
-    r, records, stats = _run(tiny, tmp_path, "v1", tp, kind)
+    from the engine core to both workers on the ``SchedulerOutput``. On MRV2 the drafts stay on the device (the
+    scheduler gets placeholders) and the sources travel the same way."""
+    r, records, stats = _run(tiny, tmp_path_factory, runner, tp, kind)
     assert r.outputs == baseline_eagle_lengths.outputs
     pending: dict[str, tuple[int, int, int]] = {}  # request -> (who drafted its pending drafts, k, model's k)
     verified = accepted = model_verified = 0
@@ -71,8 +83,25 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path, basel
     assert stats["lookup_raised_steps"] > 0
 
 
-def test_without_sources_the_policy_runs_as_before(tiny, tmp_path, baseline_eagle_lengths):
-    """MRV2 keeps drafts on the device (no sources reach the scheduler): nothing is kept apart, nothing raised."""
-    r, _, stats = _run(tiny, tmp_path, "v2")
-    assert r.outputs == baseline_eagle_lengths.outputs
-    assert "sources" not in stats and r.metrics["accepted"] > 0
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_mrv2_drafts_what_v1_drafts(tiny, tmp_path_factory, kind):
+    """The same plugin, prompt lookup and policy (its costs from the cost model) on both runners: every step's
+    drafts, sources and model k equal, request by request, so the policy chose the same k at every step."""
+    _, v1, s1 = _run(tiny, tmp_path_factory, "v1", 1, kind)
+    _, v2, s2 = _run(tiny, tmp_path_factory, "v2", 1, kind)
+
+    def steps(records):  # the steps that drafted: (requests, drafts, sources, the model's k)
+        out = []
+        for rec in records:
+            if rec["drafts"].shape[1] == 0:
+                continue
+            ids = [base_request_id(r) for r in rec["req_ids"]]
+            order = sorted(range(len(ids)), key=lambda b: ids[b])
+            out.append(([ids[b] for b in order], rec["drafts"][order].tolist(),
+                        None if rec["lookup"] is None else rec["lookup"][order].tolist(), rec["lookup_model_k"]))
+        return out
+
+    a, b = steps(v1), steps(v2)
+    assert len(a) >= 20 and any(mk == 0 for *_, mk in a)
+    assert a == b
+    assert s1["sources"] == s2["sources"]

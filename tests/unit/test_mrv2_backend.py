@@ -151,7 +151,9 @@ def test_init_speculator_rebinding_delegates_for_other_specs_and_is_idempotent()
     cls = type("GPUModelRunner", (), {"__init__": lambda self, *a, **k: None,
                                       "finish_requests": lambda self, so: None,
                                       "add_requests": lambda self, so: None,
-                                      "postprocess_sampled": lambda self, *a, **k: None})
+                                      "postprocess_sampled": lambda self, *a, **k: None,
+                                      "take_draft_token_ids": lambda self: None,
+                                      "execute_model": lambda self, so, *a, **k: None})
     mod = types.SimpleNamespace(init_speculator=original, GPUModelRunner=cls)
     p.patch_module(mod)
     first = mod.init_speculator
@@ -161,6 +163,41 @@ def test_init_speculator_rebinding_delegates_for_other_specs_and_is_idempotent()
     assert mod.init_speculator(cfg, "cpu", None) == "vllm's" and calls == [cfg]
     assert p.is_plugin_spec(_spec()) and p.is_plugin_spec(_spec("eagle3", "eagle"))
     assert not p.is_plugin_spec(_spec("ngram"))
+
+
+def test_execute_model_hands_k_model_over_and_take_draft_token_ids_the_sources(caplog):
+    """Patches 23 and 22 on a stand-in runner: the scheduler's k_model reaches the plugin speculator before the
+    step (not from a dummy run, nor from a step without it), and its sources reach the returned drafts; a failing
+    read of the sources is logged once and leaves the drafts as they were."""
+    from vllm_spec_plugins._names import MODEL_K_ATTR, SOURCES_ATTR
+    from vllm_spec_plugins.patch import model_runner_v2 as p
+
+    drafts = types.SimpleNamespace(req_ids=["a", "b"])
+    cls = type("GPUModelRunner", (), {"__init__": lambda self, *a, **k: None,
+                                      "finish_requests": lambda self, so: None,
+                                      "add_requests": lambda self, so: None,
+                                      "postprocess_sampled": lambda self, *a, **k: None,
+                                      "take_draft_token_ids": lambda self: drafts,
+                                      "execute_model": lambda self, so, it=None, dummy_run=False, **k: "ran"})
+    mod = types.SimpleNamespace(init_speculator=lambda *a: None, GPUModelRunner=cls)
+    p.patch_module(mod)
+    runner = cls.__new__(cls)
+    runner.speculator = g = _Gatherer()
+    assert runner.execute_model(types.SimpleNamespace(**{MODEL_K_ATTR: 1})) == "ran" and g._model_k_next == 1
+    runner.execute_model(types.SimpleNamespace(), None, True)  # a dummy run (positional) leaves it
+    runner.execute_model(types.SimpleNamespace(), dummy_run=True)
+    assert g._model_k_next == 1
+    runner.execute_model(types.SimpleNamespace())  # a step without it: the model drafts the step's k
+    assert g._model_k_next is None
+    g.draft_sources = lambda ids: [1] * len(ids)
+    assert getattr(runner.take_draft_token_ids(), SOURCES_ATTR) == [1, 1]
+    del drafts.__dict__[SOURCES_ATTR]
+    g.draft_sources = lambda ids: 1 / 0
+    for _ in range(2):
+        assert not hasattr(runner.take_draft_token_ids(), SOURCES_ATTR)
+    assert sum("reading the drafts' sources" in r.getMessage() for r in caplog.records) == 1
+    runner.speculator = object()  # not a plugin speculator: nothing touched
+    assert runner.execute_model(types.SimpleNamespace(**{MODEL_K_ATTR: 2})) == "ran"
 
 
 # -- the test kit's MRV2 stand-in --------------------------------------------------------------------

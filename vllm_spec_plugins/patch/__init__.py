@@ -105,7 +105,7 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
    Why: the policy times whole steps and skips the drafts of requests whose drafts keep
    failing. How: before the original, start the step clock and slice
    ``request.spec_token_ids`` of such requests to ``[]`` (new lists; async placeholders are
-   shared); with prompt lookup (rows 20-21), slice a request's model drafts to the ``k`` the model drafted, and
+   shared); with prompt lookup (rows 20-23), slice a request's model drafts to the ``k`` the model drafted, and
    after the original, where the policy drafts more than that for lookup's drafts, put the model's ``k`` on the
    returned ``SchedulerOutput`` (``MODEL_K_ATTR``; it pickles with it to the workers). Remove when: as row 8.
    Upstream: as row 8.
@@ -191,6 +191,18 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     (``note_sources``); ``schedule`` (row 9) then verifies each request's drafts at its source's ``k``
     (``request_width``). Remove when: as row 20. Upstream: none filed.
     Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_lookup_widths.py.
+22. ``GPUModelRunner.take_draft_token_ids`` (MRV2) — :mod:`.model_runner_v2`
+    Why: as row 20 on MRV2, whose drafts stay on the device (the scheduler gets ``-1`` placeholders without
+    structured output). How: as row 20 (the speculator's sources; one small copy to the host after the step).
+    Remove when: as row 20. Upstream: none filed. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_lookup_widths.py (MRV2 rows).
+23. ``GPUModelRunner.execute_model`` (MRV2) — :mod:`.model_runner_v2`
+    Why: where the policy raised ``k`` for the lookup's drafts, the plugin's model drafts only ``k_model`` of them;
+    V1 reads it from the ``SchedulerOutput`` in row 5, but MRV2's ``propose`` gets only the step's ``k``
+    (``num_spec_tokens_to_schedule``). How: before the original (not for dummy runs), hand
+    ``SchedulerOutput``'s ``k_model`` (``MODEL_K_ATTR``, or ``None``) to the plugin speculator, which reads it in
+    the ``propose`` of that step's ``sample_tokens``. Remove when: MRV2 drafts carry per-request lengths.
+    Upstream: none filed. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_lookup_widths.py (MRV2 rows).
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
 model's ``combine_hidden_states`` itself): for attention drafters that

@@ -118,20 +118,26 @@ def _gather_mm_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return _gather_mm_embeddings
 
 
+def attach_sources(runner: Any, drafter: Any, out: Any) -> None:
+    """Put the drafter's per-request draft sources on ``out`` (a ``DraftTokenIds``), where prompt lookup runs
+    beside it; both runners' ``take_draft_token_ids`` (patches 20 and 22)."""
+    try:
+        sources = drafter.draft_sources(out.req_ids)
+    except Exception:  # the policy then goes by the drafts' acceptance alone, as without lookup
+        if not getattr(runner, "_vsp_sources_failed", False):
+            runner._vsp_sources_failed = True
+            logger.exception("vllm_spec_plugins: reading the drafts' sources (prompt lookup or the model) for "
+                             "the drafting policy failed; it goes on without them")
+        sources = None
+    if sources is not None:  # prompt lookup on: the policy keeps the lookup drafts' acceptance apart
+        setattr(out, SOURCES_ATTR, sources)
+
+
 def _take_drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     def take_draft_token_ids(self: Any) -> Any:
         out = original(self)
         if out is not None and _is_plugin_drafter(self):
-            try:
-                sources = self.drafter.draft_sources(out.req_ids)
-            except Exception:  # the policy then goes by the drafts' acceptance alone, as without lookup
-                if not getattr(self, "_vsp_sources_failed", False):
-                    self._vsp_sources_failed = True
-                    logger.exception("vllm_spec_plugins: reading the drafts' sources (prompt lookup or the model) for "
-                                     "the drafting policy failed; it goes on without them")
-                sources = None
-            if sources is not None:  # prompt lookup on: the policy keeps the lookup drafts' acceptance apart
-                setattr(out, SOURCES_ATTR, sources)
+            attach_sources(self, self.drafter, out)
         return out
 
     return take_draft_token_ids

@@ -1,4 +1,5 @@
-"""Model Runner V2 patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry (13-17, 19).
+"""Model Runner V2 patches (worker processes). See :mod:`vllm_spec_plugins.patch` for the registry (13-17, 19, 22,
+23).
 
 All thin: they build the plugin speculator and hand request events to it
 (:mod:`vllm_spec_plugins.runtime.mrv2`); no plugin logic lives here.
@@ -10,9 +11,10 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._names import MM_MASK_ATTR
+from .._names import MM_MASK_ATTR, MODEL_K_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import rebind_global, when_imported, wrap_method
+from .model_runner import attach_sources
 
 if TYPE_CHECKING:
     import torch
@@ -89,6 +91,28 @@ def _postprocess_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return postprocess_sampled
 
 
+def _execute_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        spec = _plugin_speculator(self)
+        dummy = kwargs.get("dummy_run", args[1] if len(args) > 1 else False)
+        if spec is not None and not dummy:  # the step's k_model, for the propose of this step's sample_tokens
+            spec.set_model_k(getattr(scheduler_output, MODEL_K_ATTR, None))
+        return original(self, scheduler_output, *args, **kwargs)
+
+    return execute_model
+
+
+def _take_drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def take_draft_token_ids(self: Any) -> Any:
+        out = original(self)
+        spec = _plugin_speculator(self)
+        if out is not None and spec is not None:
+            attach_sources(self, spec, out)
+        return out
+
+    return take_draft_token_ids
+
+
 def _gather_mm_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     def gather_mm_embeddings(self: Any, *args: Any, draft_lookahead: int = 0, **kwargs: Any) -> Any:
         out = original(self, *args, draft_lookahead=draft_lookahead, **kwargs)
@@ -110,6 +134,8 @@ def patch_module(mr: Any) -> None:
     wrap_method(cls, "finish_requests", _finish_wrap)
     wrap_method(cls, "add_requests", _add_wrap)
     wrap_method(cls, "postprocess_sampled", _postprocess_wrap)
+    wrap_method(cls, "take_draft_token_ids", _take_drafts_wrap)
+    wrap_method(cls, "execute_model", _execute_wrap)
 
 
 def apply_when_imported() -> None:

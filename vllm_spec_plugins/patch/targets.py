@@ -311,7 +311,7 @@ TARGETS: tuple[Target, ...] = (
         _SCHED,
         "Scheduler.update_draft_token_ids",
         params=("self", "draft_token_ids"),
-        why="patch 21 (scheduler.py): the per-request draft sources to the policy (prompt lookup, V1)",
+        why="patch 21 (scheduler.py): the per-request draft sources to the policy (prompt lookup; patches 20, 22)",
     ),
     Target(
         _SCHED,
@@ -398,6 +398,18 @@ TARGETS: tuple[Target, ...] = (
         "GPUModelRunner.postprocess_sampled",
         params=("self", "idx_mapping", "sampled_tokens"),
         why="patch 17: keep the step's sampled tokens for Source.SAMPLED_TOKEN_IDS",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.take_draft_token_ids",
+        params=("self",),
+        why="patch 22: each request's draft source (prompt lookup or the model) to the scheduler (MRV2)",
+    ),
+    Target(
+        _MR2,
+        "GPUModelRunner.execute_model",
+        params=("self", "scheduler_output", "intermediate_tensors", "dummy_run"),
+        why="patch 23: the step's k_model (SchedulerOutput) to the plugin speculator before its propose (MRV2)",
     ),
     Target(
         _RUNNER,

@@ -71,6 +71,8 @@ class Mrv2Runtime(DrafterRuntime):
     device: torch.device  # set by vLLM's speculator
     draft_tokens: torch.Tensor  # set by vLLM's speculator: [max_num_reqs, num_speculative_steps] output buffer
 
+    _model_k_next: int | None = None  # the scheduler's k_model for the next propose (set_model_k)
+
     def _setup_mrv2(self, setup_runtime: Any) -> None:
         """After the vLLM speculator's own ``__init__``: the runtime (``setup_runtime()``), then MRV2's parts."""
         self.num_speculative_tokens = self.num_speculative_steps
@@ -160,6 +162,11 @@ class Mrv2Runtime(DrafterRuntime):
     def keep_sampled(self, sampled_tokens: torch.Tensor) -> None:
         self._sampled = sampled_tokens
 
+    def set_model_k(self, model_k: int | None) -> None:
+        """From the runner's ``execute_model`` (patch 23), before the step's ``propose``: how many of the step's
+        drafts the plugin's model drafts, where the policy raised ``k`` for prompt lookup's (``None``: all)."""
+        self._model_k_next = model_k
+
     def _state_index(self, B: int) -> torch.Tensor:
         idx = self.slot_index[:B]
         torch.index_select(self.slot_map, 0, self._step["idx_mapping"][:B], out=idx)
@@ -190,20 +197,23 @@ class Mrv2Runtime(DrafterRuntime):
                       "valid_count": num_sampled, "req_ids": list(input_batch.req_ids[:B]),
                       "sampled_token_ids": sampled, "target_token_ids": input_batch.input_ids,
                       "num_rejected": num_rejected, "query_start_loc": qsl, "idx_mapping": slots,
+                      "model_k": self._model_k_next,
                       **self._target_inputs(T)}
         return B, T, last
 
     def _begin(self, input_batch: Any, last_hidden_states: torch.Tensor, aux_hidden_states: Any,
                num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor,
                next_prefill_tokens: torch.Tensor, num_speculative_tokens: int | None
-               ) -> tuple[int, int, int, torch.Tensor, torch.Tensor]:
+               ) -> tuple[int, int, int, int, torch.Tensor, torch.Tensor]:
         """The start of a (non-dummy) ``propose``: the step's k, the sources, the guard's flag.
-        Returns ``(B, T, k, last rows, the drafts to return)``."""
+        Returns ``(B, T, k, the model's k, last rows, the drafts to return)``: the model drafts fewer than ``k``
+        where the policy raised ``k`` for prompt lookup's drafts (the scheduler verifies the model's only up to
+        that many), and the columns past its own are zeros that lookup's drafts overwrite."""
         k = self.num_speculative_steps if num_speculative_tokens is None else int(num_speculative_tokens)
         B, T, last = self._gather(input_batch, last_hidden_states, aux_hidden_states, num_sampled, num_rejected,
                                   last_sampled, next_prefill_tokens)
         self.guard.poll()
-        return B, T, k, last, self.draft_tokens[:B]
+        return B, T, k, self._model_k(k), last, self.draft_tokens[:B]
 
     def _idle(self, out: torch.Tensor, B: int) -> torch.Tensor:
         """Drafts once the guard turned speculation off: MRV2's scheduler has already reserved the
@@ -258,8 +268,8 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
             self.draft_tokens[:B].fill_(-1)
             return self.draft_tokens[:B]
         guard = self.guard
-        B, T, k, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
-                                         num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
+        B, T, k, mk, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
+                                             num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
         if guard.disabled:
             return self._idle(out, B)
         self._prepare_step(B, T, self.next_ids[:B], input_batch.positions[:T], last)  # carries the state
@@ -268,10 +278,13 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
         self._lookup_step(B, T, input_batch, last)
         out.fill_(-1)
         if k > 0:
-            ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T, k)
-            if not ok:
-                return self._idle(out, B)
-            out[:, :k].copy_(self._lookup_compose(guard.sanitize(drafts)))
+            drafts = out[:, :0]  # mk == 0: lookup's drafts only, the model's forward skipped
+            if mk > 0:
+                ok, drafts = guard.run(f"{self.drafter.model_class}.forward()", self._forward_drafts, B, T, mk)
+                if not ok:
+                    return self._idle(out, B)
+                drafts = guard.sanitize(drafts)
+            out[:, :k].copy_(self._lookup_compose(self._padded(drafts, k)))
         if self._trace_dir:
             self._trace(B, T, out[:, :k])
         return out
@@ -329,16 +342,17 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
             except BaseException as e:
                 raise self._load_error("failed in vLLM's warm-up run of the EAGLE loop", e) from e
         guard = self.guard
-        B, T, k, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
-                                         num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
+        B, T, k, mk, last, out = self._begin(input_batch, last_hidden_states, aux_hidden_states, num_sampled,
+                                             num_rejected, last_sampled, next_prefill_tokens, num_speculative_tokens)
         if guard.disabled:
             return self._idle(out, B)
+        # vLLM's loop drafts the model's mk: a draft prefill only at 0, as at k = 0
         ok, drafts = guard.run(f"{self.drafter.model_class} in vLLM's EAGLE loop", self._propose_guarded,
-                               B, T, last, args, kwargs)
+                               B, T, last, args, {**kwargs, "num_speculative_tokens": mk})
         if not ok or guard.disabled:
             return self._idle(out, B)
         if k > 0:
-            drafts[:, :k] = self._lookup_compose(guard.sanitize(drafts[:, :k]))
+            drafts[:, :k] = self._lookup_compose(self._padded(guard.sanitize(drafts[:, :mk]), k))
         if self._trace_dir:
             self._trace(B, T, drafts[:, :k].clone())
         return drafts

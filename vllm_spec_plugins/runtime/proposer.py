@@ -97,33 +97,6 @@ class PluginProposerMixin(DrafterRuntime):
         if self.lookup is not None:
             self._lookup_observe(B, T, token_ids, positions, next_token_ids, _next_positions(positions, idx))
 
-    def _model_k(self, k: int) -> int:
-        """How many of the step's ``k`` drafts the plugin's model drafts: fewer where the policy raised ``k`` for prompt
-        lookup's drafts (the scheduler verifies the model's only up to that many); ``k`` otherwise."""
-        mk = self._step.get("model_k")
-        mk = k if mk is None or self.lookup is None else max(0, min(int(mk), k))
-        self._step["drafted_by_model"] = mk
-        return mk
-
-    @staticmethod
-    def _padded(drafts: torch.Tensor, k: int) -> torch.Tensor:
-        """``[B, k]``: the model's drafts, then zeros (columns the scheduler never verifies for the model's)."""
-        if drafts.shape[1] == k:
-            return drafts
-        out = torch.zeros((drafts.shape[0], k), dtype=torch.int64, device=drafts.device)
-        out[:, :drafts.shape[1]] = drafts
-        return out
-
-    def draft_sources(self, req_ids: list[str]) -> list[int] | None:
-        """Where the drafts of the latest step came from, per request of ``req_ids`` (the runner hands them to the
-        scheduler in this order): ``runtime.lookup.MODEL`` or ``LOOKUP``; ``None`` without prompt lookup, or without
-        drafts. Called on the host after the step (V1 with synchronous scheduling, which copies the drafts to the
-        host there too)."""
-        lk = self.lookup
-        if lk is None or lk.chosen is None or list(self._step.get("req_ids", ())[:len(req_ids)]) != list(req_ids):
-            return None
-        return [int(x) for x in lk.chosen[:len(req_ids)].tolist()]
-
     def on_request_resumed(self, req_id: str) -> None:
         if self.pool is not None and self._reset_on_preempt:
             self.pool.reset(req_id, self._reset_on_preempt)
