@@ -46,7 +46,7 @@ def _run(tiny, tmp_path_factory, runner: str, tp: int = 1, kind: str = "medusa")
 
 
 @pytest.mark.parametrize("kind, tp, runner", [("medusa", 1, "v1"), ("eagle", 1, "v1"), ("medusa", 2, "v1"),
-                                              ("medusa", 1, "v2"), ("eagle", 1, "v2")])
+                                              ("medusa", 1, "v2"), ("eagle", 1, "v2"), ("medusa", 2, "v2")])
 def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factory, baseline_eagle_lengths, kind, tp,
                                                            runner):
     """Heads and attention drafters (EAGLE: its first pass skipped in steps where only lookup drafts and nothing is
