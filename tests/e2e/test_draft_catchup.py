@@ -11,9 +11,10 @@ the first pass run every step (``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP=0``, V1); MRV2 
 does, with the same drafts. The replay is shown to depend on the skipped rows: with them zeroed,
 drafts after the gap disagree with it.
 
-On V1 a step that verifies drafts while the model drafts nothing (prompt lookup's, with the adaptive policy's
-model ``k`` at 0) is skipped too, its rows trimmed to the accepted drafts at the next step: drafts equal the first
-pass run every step, a control with those rows zeroed changes them, and both workers of TP=2 skip alike.
+A step that verifies drafts while the model drafts nothing (prompt lookup's, with the adaptive policy's model ``k``
+at 0) is skipped too, its rows trimmed to the accepted drafts at the next step: on V1 drafts equal the first pass
+run every step, a control with those rows zeroed changes them, and both workers of TP=2 skip alike; MRV2 skips,
+trims and catches up in the same steps as V1, with the same drafts.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def test_eagle3_catches_up_the_combined_target_layers(tiny, tmp_path_factory):
     assert r2.outputs == r.outputs and r2.accepted_per_pos == r.accepted_per_pos
 
 
-# -- steps that verify drafts while the model drafts nothing (V1, synchronous scheduling) -----------------------
+# -- steps that verify drafts while the model drafts nothing (synchronous scheduling) ---------------------------
 
 #: prompt lookup beside the draft, the adaptive policy timed by a cost model (test_lookup_widths): the draft
 #: accepts about one in ten, so the model's k is mostly 0 and many steps verify the lookup's drafts alone (and
@@ -265,11 +266,11 @@ catchup.KeptRows.keep = keep
 '''
 
 
-def _lookup_run(tiny, draft, tmp_path_factory, env: dict[str, str], tp: int = 1):
+def _lookup_run(tiny, draft, tmp_path_factory, env: dict[str, str], tp: int = 1, runner: str = "v1"):
     trace = tmp_path_factory.mktemp("trace-lookup")
     spec = {"model": str(draft), "num_speculative_tokens": K}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
-                   env={**LOOKUP_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner="v1",
+                   env={**LOOKUP_ENV, "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **env}, runner=runner,
                    tensor_parallel_size=tp)
     return r, (_records(trace) if tp == 1 else trace)
 
@@ -285,8 +286,9 @@ def lookup_every_step(tiny, draft, tmp_path_factory):
 
 
 def _skipped_verifying(rec) -> bool:
-    """A skipped step in which requests verified drafts (more tokens than requests)."""
-    return rec["first_pass"] == "skipped" and int(rec["query_start_loc"][-1]) > len(rec["req_ids"])
+    """A skipped step in which requests verified drafts (their scheduled tokens less one, as prompt lookup counts
+    them on both runners)."""
+    return rec["first_pass"] == "skipped" and int(rec["lookup_verified"].sum()) > 0
 
 
 def test_steps_verifying_drafts_while_the_model_drafts_nothing_skip_the_first_pass(
@@ -320,6 +322,26 @@ def test_the_drafts_depend_on_the_rows_kept_from_lookup_steps(tiny, draft, tmp_p
     assert r.outputs == r0.outputs  # the drafts change, never the output: every draft is verified
     assert any(_skipped_verifying(rec) for rec in records)
     assert [rec["drafts"].tolist() for rec in records] != [rec["drafts"].tolist() for rec in records0]
+
+
+def test_mrv2_skips_the_steps_v1_skips_with_the_same_drafts(tiny, draft, tmp_path_factory, lookup_skipping):
+    """Model Runner V2 keeps the verified rows in the same steps (it reads the scheduler's counts from its own
+    input batch), trims and catches up the same rows, and drafts what V1 drafts, step by step."""
+    r, records = _lookup_run(tiny, draft, tmp_path_factory, {}, runner="v2")
+    r1, records1 = lookup_skipping
+    assert r.outputs == r1.outputs
+    assert sum(_skipped_verifying(rec) for rec in records) >= 20
+
+    def steps(recs):  # per step, the requests' drafts in request order (the runners order a batch differently)
+        out = []
+        for rec in recs:
+            ids = [base_request_id(r) for r in rec["req_ids"]]
+            order = sorted(range(len(ids)), key=lambda b: ids[b])
+            out.append((rec["first_pass"], rec["caught_up"], rec["trimmed"], [ids[b] for b in order],
+                        rec["drafts"][order].tolist()))
+        return out
+
+    assert steps(records) == steps(records1)
 
 
 def test_tensor_parallel_2_skips_the_same_steps_on_both_workers(tiny, draft, tmp_path_factory,

@@ -200,6 +200,59 @@ def test_execute_model_hands_k_model_over_and_take_draft_token_ids_the_sources(c
     assert runner.execute_model(types.SimpleNamespace(**{MODEL_K_ATTR: 2})) == "ran"
 
 
+def _verifier(async_scheduling=False):
+    """Just what PluginEagleSpeculator._keep_verified_rows and _settle_kept need: two decoding requests."""
+    import numpy as np
+
+    from vllm_spec_plugins.runtime.catchup import KeptRows
+    from vllm_spec_plugins.runtime.mrv2 import PluginEagleSpeculator
+
+    sp = PluginEagleSpeculator.__new__(PluginEagleSpeculator)
+    sp.vllm_config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(async_scheduling=async_scheduling))
+    sp.kept = KeptRows(4, 8, 2, torch.float32, torch.device("cpu"))
+    sp._step = {"req_ids": ["a", "b"]}
+    sp.next_ids = torch.tensor([90, 91, 0, 0], dtype=torch.int32)
+    # request a: its token and 2 drafts at positions 10-12; b: its token and 1 draft at positions 20-21
+    batch = types.SimpleNamespace(input_ids=torch.tensor([1, 2, 3, 4, 5], dtype=torch.int32),
+                                  positions=torch.tensor([10, 11, 12, 20, 21]),
+                                  num_scheduled_tokens=np.array([3, 2], dtype=np.int32),
+                                  num_computed_tokens_np=np.array([10, 20], dtype=np.int32),
+                                  is_prefilling_np=np.array([False, False]))
+    return sp, batch
+
+
+def test_mrv2_keeps_the_rows_of_a_step_that_verified_drafts_and_trims_them_at_the_next():
+    """The rows are what MRV2's draft prefill would consume: tokens shifted left by one, each request's next token
+    at its last accepted row (a: 1 of 2 drafts accepted, row 1; b: none, row 3); at the next step the scheduler's
+    counts (a at 12, b at 21) drop the rows past them."""
+    sp, batch = _verifier()
+    slots, hidden, last = torch.arange(100, 105), torch.arange(10.0).view(5, 2), torch.tensor([1, 3])
+    assert sp._keep_verified_rows(0, 2, 5, batch, slots, hidden, last) and sp._step["first_pass"] == "skipped"
+    assert sp.kept.pending and sp.kept.where == {"a": [0, 3], "b": [1, 2]}  # slot, rows held
+    assert sp.kept.token_ids[0:3].tolist() == [2, 90, 4] and sp.kept.token_ids[8:10].tolist() == [91, 1]
+    assert sp.kept.positions[0:3].tolist() == [10, 11, 12] and sp.kept.slots[8:10].tolist() == [103, 104]
+    batch.num_computed_tokens_np[:] = [12, 21]
+    sp._settle_kept(2, batch)
+    assert sp._step["trimmed"] == 2 and not sp.kept.pending and sp.kept.where == {"a": [0, 2], "b": [1, 1]}
+
+
+@pytest.mark.parametrize("why", ["k", "async", "prefill", "plain decode", "full"])
+def test_mrv2_runs_the_first_pass_where_verified_rows_cannot_be_kept(why):
+    """The model drafts this step; async scheduling (the host's counts are then optimistic); a request still in
+    its prompt; a plain decode step (no drafts verified: the k = 0 path keeps it); no room left to keep them."""
+    sp, batch = _verifier(async_scheduling=why == "async")
+    k, T = (1 if why == "k" else 0), 5
+    if why == "prefill":
+        batch.is_prefilling_np[1] = True
+    if why == "plain decode":
+        T = 2
+    if why == "full":
+        sp.kept.keep(["a"], torch.zeros(6, dtype=torch.int32), torch.zeros(6), torch.zeros(6), torch.zeros(6, 2),
+                     counts=[6])
+    assert not sp._keep_verified_rows(k, 2, T, batch, torch.arange(5), torch.zeros(5, 2), torch.tensor([1, 3]))
+    assert "first_pass" not in sp._step
+
+
 # -- the test kit's MRV2 stand-in --------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ chunk of a prefill, which writes the same draft KV the skipped passes would have
 the host: the kept rows are copied on the device, and their bookkeeping (which request holds which rows, how
 many) is host-side, derived from the step's scheduled requests.
 
-On V1 with synchronous scheduling, a step whose model drafts nothing but which verifies drafts is skipped too
+With synchronous scheduling (both runners), a step whose model drafts nothing but which verifies drafts is skipped too
 (prompt lookup's, beside an attention drafter whose ``k`` the policy put at 0; or the model's own, drafted in the
 step before its ``k`` fell to 0): each request keeps every row it verified, and the rows past its first rejected
 draft are trimmed once the host knows how many were accepted, from the request's position at the next step it is
