@@ -203,6 +203,18 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     ``SchedulerOutput``'s ``k_model`` (``MODEL_K_ATTR``, or ``None``) to the plugin speculator, which reads it in
     the ``propose`` of that step's ``sample_tokens``. Remove when: MRV2 drafts carry per-request lengths.
     Upstream: none filed. Supported vLLM: 0.32, 0.33. Verified by: tests/e2e/test_lookup_widths.py (MRV2 rows).
+24. ``GPUModelRunner._sample`` (V1) — :mod:`.model_runner`
+    Why: the V1 runner of a speculative engine samples through its rejection sampler in every step, drafts or
+    none (0.46 ms against 0.09 ms for the plain sampler on the same logits, SmolLM2 at batch 16 on the CPU
+    build); steps that verify no draft are the adaptive policy's ``k = 0`` steps. MRV2 already calls its plain
+    sampler when a step has no drafts. How: with a plugin drafter, synchronous scheduling, no request asking for
+    logprobs and no draft in the step (``SpecDecodeMetadata.max_spec_len == 0``), call the original with no
+    spec-decode metadata: vLLM's plain sampler, the one the rejection sampler itself calls for the bonus token
+    (same logits, same per-request generators: the same tokens, greedy or seeded). The metadata still reaches
+    the bookkeeping and the drafter. Remove when: vLLM skips it (as MRV2 does) or the V1 runner is gone.
+    Upstream: none filed. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_plain_sampler.py, tests/unit/test_patch_sample.py (seeded sampling: read from code,
+    and one manual run with SmolLM2, Medusa pinned to ``k = 0``: the same tokens as without speculation).
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
 model's ``combine_hidden_states`` itself): for attention drafters that

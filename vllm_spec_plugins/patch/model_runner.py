@@ -143,6 +143,20 @@ def _take_drafts_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     return take_draft_token_ids
 
 
+def _sample_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _sample(self: Any, logits: Any, spec_decode_metadata: Any) -> Any:
+        md = spec_decode_metadata
+        # a request asking for logprobs (max_num_logprobs not None; a dataclass field, so read with a default
+        # that keeps vLLM's path should it ever be renamed) keeps the rejection sampler, which computes them
+        if (md is not None and getattr(md, "max_spec_len", 1) == 0 and not self.use_async_scheduling
+                and getattr(self.input_batch.sampling_metadata, "max_num_logprobs", 0) is None
+                and _is_plugin_drafter(self)):
+            md = None  # no request verifies a draft this step: vLLM's plain sampler, as without speculation
+        return original(self, logits, md)
+
+    return _sample
+
+
 def patch_module(gmr: Any) -> None:
     cls = gmr.GPUModelRunner
     wrap_method(cls, "__init__", _init_wrap(gmr))
@@ -151,6 +165,7 @@ def patch_module(gmr: Any) -> None:
     wrap_method(cls, "_update_states", _update_states_wrap)
     wrap_method(cls, "_gather_mm_embeddings", _gather_mm_wrap)
     wrap_method(cls, "take_draft_token_ids", _take_drafts_wrap)
+    wrap_method(cls, "_sample", _sample_wrap)
 
 
 def apply_when_imported() -> None:

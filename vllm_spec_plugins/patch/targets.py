@@ -129,6 +129,24 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         _RUNNER,
+        "GPUModelRunner._sample",
+        params=("self", "logits", "spec_decode_metadata"),
+        why="patch 24 (model_runner.py): the plain sampler in steps that verify no draft (plugin drafters, sync)",
+    ),
+    Target(
+        _RUNNER,
+        "GPUModelRunner.use_async_scheduling",
+        kind="attribute",
+        why="patch 24: the plain sampler only with synchronous scheduling",
+    ),
+    Target(
+        "vllm.v1.spec_decode.metadata",
+        "SpecDecodeMetadata.max_spec_len",
+        kind="attribute",
+        why="patch 24: the step's most drafts of any request (0: no draft verified)",
+    ),
+    Target(
+        _RUNNER,
         "GPUModelRunner.load_model",
         params=("self", "load_dummy_weights", "model"),  # model is keyword-only
         why="not patched: it calls drafter.load_model(target) (CPU runner: unconditionally)",
