@@ -232,7 +232,7 @@ def test_mrv2_keeps_the_rows_of_a_step_that_verified_drafts_and_trims_them_at_th
     assert sp.kept.token_ids[0:3].tolist() == [2, 90, 4] and sp.kept.token_ids[8:10].tolist() == [91, 1]
     assert sp.kept.positions[0:3].tolist() == [10, 11, 12] and sp.kept.slots[8:10].tolist() == [103, 104]
     batch.num_computed_tokens_np[:] = [12, 21]
-    sp._settle_kept(2, batch)
+    sp._settle_kept(2, batch.num_computed_tokens_np)
     assert sp._step["trimmed"] == 2 and not sp.kept.pending and sp.kept.where == {"a": [0, 2], "b": [1, 1]}
 
 

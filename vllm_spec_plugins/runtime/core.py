@@ -821,6 +821,47 @@ class AttentionRuntime(DrafterRuntime):
         self._step["first_pass"] = "skipped"
         return True
 
+    def _may_keep_verified(self, k: int, B: int, T: int) -> bool:
+        """Whether this step may keep its verified rows (:meth:`_keep_verified`), before a front end reads its
+        batch: the model drafts nothing (``k`` is the model's) but drafts are verified (more tokens than requests:
+        prompt lookup's, or the model's own from the step before its ``k`` fell to 0), and scheduling is
+        synchronous (the host's count of computed tokens is then exact at the next step)."""
+        return (k == 0 and T > B and self._step.get("req_ids") is not None
+                and not self.vllm_config.scheduler_config.async_scheduling)
+
+    def _keep_verified(self, B: int, T: int, counts: list[int], computed: list[int], token_ids: torch.Tensor,
+                       last: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                       hidden: torch.Tensor) -> bool:
+        """Keep every row the first pass would have consumed, each request's ``counts[i]`` verified tokens, instead
+        of running it; which of them hold accepted drafts the host learns at the request's next step
+        (:meth:`_settle_kept`). Both front ends call it after :meth:`_may_keep_verified`, once every request of the
+        batch is known to be decoding (a prefill's chunk runs the pass).
+
+        The rows are what both runners' first passes build: the target's tokens shifted left by one, each request's
+        next token at its last accepted row (``last``), the target's positions, KV slots and hidden states (before
+        ``combine_hidden_states``); ``computed``: each request's count of computed tokens, its first row's position.
+        Returns whether the pass is skipped (not when the counts miss a row, or a request has no room left)."""
+        req_ids = self._step["req_ids"]
+        assert self.kept is not None
+        if sum(counts) != T or not self.kept.can_keep(req_ids[:B], counts):
+            return False
+        tokens = torch.roll(token_ids[:T], -1)
+        tokens.index_copy_(0, last[:B].to(torch.int64), next_ids[:B].to(tokens.dtype))
+        self.kept.keep(req_ids[:B], tokens, positions[:T], slots[:T], hidden[:T], counts=counts,
+                       first_positions=computed)
+        self._step["first_pass"] = "skipped"
+        return True
+
+    def _settle_kept(self, B: int, computed: Any) -> None:
+        """Trim rows kept from steps that verified drafts to the drafts accepted, from each request's count of
+        computed tokens now (``computed``, the runner's host array of the scheduler's counts: exact with synchronous
+        scheduling)."""
+        assert self.kept is not None
+        req_ids = self._step.get("req_ids")
+        if not self.kept.pending or req_ids is None:
+            return
+        self._step["trimmed"] = self.kept.settle(req_ids[:B], [int(c) for c in computed[:B]])
+
     def _kept_passes(self) -> Iterator[tuple[list[int], list[int], torch.Tensor]]:
         """Hand back the kept rows of this step's requests, in catch-up passes of whole requests of at most
         ``max_num_tokens`` rows (vLLM's static buffers): per pass, the requests' rows in this step's batch, where

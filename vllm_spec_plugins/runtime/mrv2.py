@@ -371,7 +371,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
             input_batch, _, slot_mappings, last_hidden_states, aux_hidden_states = args[:5]
             k = kwargs["num_speculative_tokens"]
             k = self.num_speculative_steps if k is None else int(k)
-            self._settle_kept(B, input_batch)
+            self._settle_kept(B, input_batch.num_computed_tokens_np)
             hidden = torch.cat(aux_hidden_states, dim=-1) if aux_hidden_states else last_hidden_states
             slots = slot_mappings[self._draft_layer]
             # one row per request: row i's input token is next_ids[i] (_gather), its KV slot the draft layers'
@@ -388,41 +388,15 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
 
     def _keep_verified_rows(self, k: int, B: int, T: int, input_batch: Any, slots: torch.Tensor,
                             hidden: torch.Tensor, last: torch.Tensor) -> bool:
-        """A step in which the model drafts nothing (``k`` is the model's) but drafts are verified (prompt lookup's,
-        or the model's own from the step before its ``k`` fell to 0): keep every row MRV2's draft prefill would have
-        consumed instead of running it, as the V1 front end does (``AttentionProposer._keep_verified_rows``); which
-        of them hold accepted drafts the host learns at the request's next step (:meth:`_settle_kept`).
-
-        Only with synchronous scheduling (the scheduler's count of computed tokens, which MRV2's input batch
-        carries, is then exact at the next step) and with every request decoding (a prefill's chunk runs the pass).
-        The rows are what ``prepare_prefill_inputs`` builds: the target's tokens shifted left by one, each request's
-        next token at its last accepted row (``last``), the target's positions, the draft layers' KV slots and the
-        target's hidden states (before ``combine_hidden_states``)."""
-        req_ids = self._step.get("req_ids")
-        if k != 0 or T <= B or req_ids is None or self.vllm_config.scheduler_config.async_scheduling:
+        """MRV2's batch for :meth:`AttentionRuntime._keep_verified` (see :meth:`AttentionRuntime._may_keep_verified`):
+        every request decoding (none still in its prompt: ``is_prefilling_np``), each request's rows from its scheduled
+        tokens, its next token at its last accepted row (``last``, as ``prepare_prefill_inputs`` puts it), the draft
+        layers' KV slots; the counts of computed tokens are the scheduler's, which MRV2's input batch carries."""
+        if not self._may_keep_verified(k, B, T) or bool(input_batch.is_prefilling_np[:B].any()):
             return False
-        assert self.kept is not None
-        if bool(input_batch.is_prefilling_np[:B].any()):
-            return False
-        counts = [int(n) for n in input_batch.num_scheduled_tokens[:B]]
-        if sum(counts) != T or not self.kept.can_keep(req_ids[:B], counts):
-            return False
-        tokens = torch.roll(input_batch.input_ids[:T], -1)
-        tokens.index_copy_(0, last[:B], self.next_ids[:B].to(tokens.dtype))
-        self.kept.keep(req_ids[:B], tokens, input_batch.positions[:T], slots[:T], hidden[:T], counts=counts,
-                       first_positions=[int(c) for c in input_batch.num_computed_tokens_np[:B]])
-        self._step["first_pass"] = "skipped"
-        return True
-
-    def _settle_kept(self, B: int, input_batch: Any) -> None:
-        """Trim rows kept from steps that verified drafts to the drafts accepted, from each request's count of
-        computed tokens now (the scheduler's, in MRV2's input batch; exact with synchronous scheduling)."""
-        assert self.kept is not None
-        req_ids = self._step.get("req_ids")
-        if not self.kept.pending or req_ids is None:
-            return
-        self._step["trimmed"] = self.kept.settle(
-            req_ids[:B], [int(c) for c in input_batch.num_computed_tokens_np[:B]])
+        return self._keep_verified(B, T, [int(n) for n in input_batch.num_scheduled_tokens[:B]],
+                                   [int(c) for c in input_batch.num_computed_tokens_np[:B]], input_batch.input_ids,
+                                   last, self.next_ids, input_batch.positions, slots, hidden)
 
     @property
     def _draft_layer(self) -> str:

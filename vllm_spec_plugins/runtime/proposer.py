@@ -283,7 +283,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         self._step["first_pass"] = "ran"
         mk = self._model_k(num_speculative_tokens)  # fewer than k: the rest is the lookup's (or padding)
         if self.kept is not None:
-            self._settle_kept(B)
+            self._settle_kept(B, self.runner.input_batch.num_computed_tokens_cpu)
             if self._skip_first_pass(mk, B, T, target_positions, target_hidden_states,
                                      next_token_ids, common_attn_metadata) or \
                     self._keep_verified_rows(mk, B, T, target_token_ids, target_positions, target_hidden_states,
@@ -325,48 +325,21 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                             target_positions: torch.Tensor, target_hidden_states: torch.Tensor,
                             next_token_ids: torch.Tensor, token_indices_to_sample: torch.Tensor | None, cad: Any
                             ) -> bool:
-        """A step in which the model drafts nothing (``k`` is the model's) but drafts are verified (prompt lookup's,
-        or the model's own from the step before its ``k`` fell to 0): keep every row the first pass would have
-        consumed, each request's verified tokens, instead of running it.
-        Which of them hold accepted drafts the host learns at the request's next step (:meth:`_settle_kept`).
-
-        Only with synchronous scheduling (the host's count of computed tokens is then exact at the next step) and
-        with every request decoding (its last sampled token and its drafts: a prefill's chunk runs the pass).
-        The rows are what vLLM's first pass builds: the target's tokens shifted left by one, each request's
-        sampled token at its last accepted row (``token_indices_to_sample``), the target's positions, KV slots and
-        hidden states."""
-        req_ids = self._step.get("req_ids")
+        """V1's batch for :meth:`AttentionRuntime._keep_verified` (see :meth:`AttentionRuntime._may_keep_verified`):
+        every request decoding (its last sampled token and its drafts: the runner's count of computed tokens one
+        short of its known tokens), each request's rows from ``query_start_loc``, its sampled token at its last
+        accepted row (``token_indices_to_sample``), the KV slots from the step's ``slot_mapping``."""
         batch = getattr(self.runner, "input_batch", None)
-        if (k != 0 or T <= B or req_ids is None or token_indices_to_sample is None or batch is None
-                or self.vllm_config.scheduler_config.async_scheduling):
+        if token_indices_to_sample is None or batch is None or not self._may_keep_verified(k, B, T):
             return False
-        assert self.kept is not None
         qsl = cad.query_start_loc_cpu[:B + 1].tolist()
-        if qsl[-1] != T:
-            return False
         computed = batch.num_computed_tokens_cpu[:B].tolist()
         known = batch.num_tokens_no_spec[:B].tolist()
         if any(c + 1 != n for c, n in zip(computed, known, strict=True)):  # a prefill's chunk
             return False
-        counts = [b - a for a, b in itertools.pairwise(qsl)]
-        if not self.kept.can_keep(req_ids[:B], counts):
-            return False
-        tokens = torch.roll(target_token_ids[:T], -1)
-        tokens.index_copy_(0, token_indices_to_sample[:B].to(torch.int64), next_token_ids[:B].to(tokens.dtype))
-        self.kept.keep(req_ids[:B], tokens, target_positions[:T], cad.slot_mapping[:T], target_hidden_states[:T],
-                       counts=counts, first_positions=computed)
-        self._step["first_pass"] = "skipped"
-        return True
-
-    def _settle_kept(self, B: int) -> None:
-        """Trim rows kept from steps that verified drafts to the drafts accepted, from each request's count of
-        computed tokens now (the runner's, exact with synchronous scheduling)."""
-        assert self.kept is not None
-        req_ids = self._step.get("req_ids")
-        if not self.kept.pending or req_ids is None:
-            return
-        self._step["trimmed"] = self.kept.settle(
-            req_ids[:B], self.runner.input_batch.num_computed_tokens_cpu[:B].tolist())
+        return self._keep_verified(B, T, [b - a for a, b in itertools.pairwise(qsl)], computed, target_token_ids,
+                                   token_indices_to_sample, next_token_ids, target_positions, cad.slot_mapping,
+                                   target_hidden_states)
 
     def _catch_up(self, cad: Any, sampling_metadata: Any) -> None:
         """Before a first pass runs: replay the kept rows of this step's requests, each request's rows as one
