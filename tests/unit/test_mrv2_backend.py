@@ -253,6 +253,43 @@ def test_mrv2_runs_the_first_pass_where_verified_rows_cannot_be_kept(why):
     assert "first_pass" not in sp._step
 
 
+@pytest.mark.parametrize("case", ["k = 0", "k > 0", "prefill context parallel", "the loop raised"])
+def test_mrv2_draft_prefill_at_k0_runs_the_forward_alone(monkeypatch, case):
+    """While the model's ``k`` is 0 the draft prefill is the draft's forward alone (the same arguments as vLLM's
+    prefill gives it); at ``k > 0``, with prefill context parallelism, and after the loop raised, vLLM's prefill."""
+    from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import TargetDependentARSpeculator
+
+
+    calls = []
+    monkeypatch.setattr(TargetDependentARSpeculator, "_prefill", lambda self, *a, **k: calls.append(("vllm", a, k)))
+    monkeypatch.setattr(TargetDependentARSpeculator, "_run_model", lambda self, *a, **k: calls.append(("fwd", a, k)))
+
+    def loop(self, *args, **kwargs):  # vLLM's propose: the draft prefill, then (k > 0) the decode passes
+        if case == "the loop raised":
+            raise RuntimeError("boom")
+        self._prefill(3, 40, "md", "slots", None, cudagraph_runtime_mode="NONE", mm_inputs=None)
+        return "drafts"
+
+    monkeypatch.setattr(TargetDependentARSpeculator, "propose", loop)
+    sp, batch = _verifier()
+    sp.kept, sp.buffers, sp.lookup = None, {}, None
+    sp.pcp_manager = object() if case == "prefill context parallel" else None
+    k = 2 if case == "k > 0" else 0
+    args = (batch, None, None, None, None)
+    if case == "the loop raised":
+        with pytest.raises(RuntimeError):
+            sp._propose_guarded(2, 2, None, args, {"num_speculative_tokens": k})
+        assert sp._prefill_samples and not calls
+        return
+    assert sp._propose_guarded(2, 2, None, args, {"num_speculative_tokens": k}) == "drafts"
+    assert sp._prefill_samples  # reset for the next step (and for warm-up runs, which call vLLM's propose)
+    if case == "k = 0":
+        assert calls == [("fwd", (40, "md", "slots"), {"num_tokens_across_dp": None, "mm_inputs": None,
+                                                       "cudagraph_runtime_mode": "NONE"})]
+    else:
+        assert [c[0] for c in calls] == ["vllm"]
+
+
 # -- the test kit's MRV2 stand-in --------------------------------------------------------------------
 
 

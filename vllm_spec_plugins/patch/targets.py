@@ -513,6 +513,20 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator._prefill",
+        params=("self", "num_reqs", "num_tokens", "attn_metadata", "slot_mappings", "num_tokens_across_dp",
+                "cudagraph_runtime_mode", "mm_inputs"),
+        why="runtime/mrv2.py: PluginEagleSpeculator overrides it (at k = 0 the draft's forward only, no first draft)",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator._run_model",
+        params=("self", "num_tokens", "attn_metadata", "slot_mappings", "num_tokens_across_dp",
+                "cudagraph_runtime_mode", "mm_inputs"),
+        why="runtime/mrv2.py: the draft's forward alone, in a draft prefill at k = 0 and in catch-up passes",
+    ),
+    Target(
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
         "TargetDependentARSpeculator.hidden_states",
         kind="attribute",
         why="runtime/mrv2.py: PluginEagleSpeculator's trial forward at load reads one row of it",

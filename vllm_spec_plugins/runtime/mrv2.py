@@ -319,6 +319,29 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
     def on_multi_step_decode_begin(self, num_reqs: int) -> None:
         self.pass_index = 1
 
+    #: Whether the draft prefill of the step now being proposed samples a first draft (False while the model's
+    #: ``k`` is 0: see :meth:`_prefill`); set around vLLM's ``propose`` by :meth:`_propose_guarded`.
+    _prefill_samples = True
+
+    def _prefill(self, num_reqs: int, num_tokens: int, attn_metadata: Any, slot_mappings: Any,
+                 num_tokens_across_dp: Any, cudagraph_runtime_mode: Any = None, mm_inputs: Any = None) -> None:
+        """vLLM's draft prefill; in a step whose model drafts nothing, only its forward.
+
+        The forward writes the draft KV cache of the step's tokens, which later drafts attend to. vLLM's prefill
+        also computes a first draft from the last row of each request (the draft's logits over its vocabulary, and a
+        sample) and sets up the decode passes that follow, even at ``k = 0``, where its ``propose`` then throws the
+        draft away (V1's EAGLE loop returns before its logits there). Here, while the model's ``k`` is 0 (a step with
+        a prompt in the batch, or a catch-up at the kept-rows limit, whose first pass cannot be skipped), the forward
+        runs alone. With prefill context parallelism (which reshapes the draft's rows) vLLM's prefill runs as it is.
+        """
+        kwargs = {} if cudagraph_runtime_mode is None else {"cudagraph_runtime_mode": cudagraph_runtime_mode}
+        if self._prefill_samples or getattr(self, "pcp_manager", None) is not None:
+            super()._prefill(num_reqs, num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp, mm_inputs=mm_inputs,
+                             **kwargs)
+            return
+        self._run_model(num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp=num_tokens_across_dp,
+                        mm_inputs=mm_inputs, **kwargs)
+
     @torch.inference_mode()
     def propose(self, input_batch: Any, attn_metadata: dict[str, Any], slot_mappings: dict[str, torch.Tensor],
                 last_hidden_states: torch.Tensor, aux_hidden_states: list[torch.Tensor] | None,
@@ -383,7 +406,12 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
                 return out
             for batch_rows, ends, idx in self._kept_passes():
                 self._catch_up_pass(input_batch, batch_rows, ends, idx)
-        drafts: torch.Tensor = super().propose(*args, **kwargs)
+        k = kwargs["num_speculative_tokens"]
+        self._prefill_samples = k is None or int(k) > 0
+        try:
+            drafts: torch.Tensor = super().propose(*args, **kwargs)
+        finally:
+            self._prefill_samples = True
         return drafts
 
     def _keep_verified_rows(self, k: int, B: int, T: int, input_batch: Any, slots: torch.Tensor,
