@@ -15,27 +15,17 @@ output and acceptance per position equal a control engine with vLLM's draft pref
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.conftest import PROMPTS
+from tests.e2e.counting_site import counting_site, read_counts
 from tests.e2e.test_draft_catchup import ENGINE, SCHEDULE
 from vllm_spec_plugins.testing.engine import run_engine
 
 LENGTHS = [80, 20, 80, 60, 80, 16]
-COUNTER = '''
-import json, os
-from vllm_spec_plugins.patch._util import when_imported
-
-OUT = os.environ["TEST_PREFILL_COUNTS"]
-counts = {"samples_k0": 0, "samples": 0, "forwards_k0": 0}
+NAMES = ["samples_k0", "samples", "forwards_k0"]
+HOOKS = '''
 step_k = [None]
-
-
-def _save():
-    with open(os.path.join(OUT, f"{os.getpid()}.json"), "w") as f:
-        json.dump(counts, f)
 
 
 def _patch_loop(mod):
@@ -80,22 +70,13 @@ when_imported("vllm_spec_plugins.runtime.mrv2", _patch_speculator)
 
 
 def _run(tiny, tmp_path, monkeypatch, undo: bool):
-    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "0")
-    site, counts = tmp_path / f"site-{undo}", tmp_path / f"counts-{undo}"
-    site.mkdir()
-    counts.mkdir()
-    (site / "sitecustomize.py").write_text(COUNTER)
+    env, counts = counting_site(tmp_path, monkeypatch, NAMES, HOOKS, tag="-control" if undo else "")
     spec = {"model": str(tiny["eagle"]), "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": SCHEDULE}
-    env = {"PYTHONPATH": str(site), "TEST_PREFILL_COUNTS": str(counts)}
     if undo:
         env["TEST_PREFILL_UNDO"] = "1"
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=LENGTHS, llm_kwargs=ENGINE,
                    env=env, runner="v2")
-    total: dict[str, int] = {}
-    for f in counts.glob("*.json"):
-        for key, n in json.loads(f.read_text()).items():
-            total[key] = total.get(key, 0) + n
-    return r, total
+    return r, read_counts(counts)
 
 
 @pytest.fixture(scope="module")

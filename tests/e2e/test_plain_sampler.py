@@ -13,26 +13,16 @@ undone by the same ``sitecustomize`` calls the rejection sampler in steps withou
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.conftest import EAGLE_LENGTHS, PROMPTS
+from tests.e2e.counting_site import counting_site, read_counts
 from vllm_spec_plugins.testing.engine import run_engine
 
 POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.3333"}
-COUNTER = '''
-import json, os
-from vllm_spec_plugins.patch._util import when_imported
-
-OUT = os.environ["TEST_SAMPLER_COUNTS"]
-counts = {"rejection_no_drafts": 0, "rejection_drafts": 0, "plain": 0}
+NAMES = ["rejection_no_drafts", "rejection_drafts", "plain"]
+HOOKS = '''
 inside = [False]
-
-
-def _save():
-    with open(os.path.join(OUT, f"{os.getpid()}.json"), "w") as f:
-        json.dump(counts, f)
 
 
 def _patch_rejection(mod):
@@ -79,22 +69,14 @@ when_imported("vllm.v1.worker.gpu_model_runner", _undo)
 
 
 def _run(tiny, tmp_path, monkeypatch, undo: bool):
-    monkeypatch.setenv("VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "0")
-    site, counts = tmp_path / "site", tmp_path / "counts"
-    site.mkdir()
-    counts.mkdir()
-    (site / "sitecustomize.py").write_text(COUNTER)
+    env, counts = counting_site(tmp_path, monkeypatch, NAMES, HOOKS)
     spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
-    env = {**POLICY_ENV, "PYTHONPATH": str(site), "TEST_SAMPLER_COUNTS": str(counts)}
+    env.update(POLICY_ENV)
     if undo:
         env["TEST_SAMPLER_UNDO"] = "1"
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS, env=env,
                    runner="v1")
-    total: dict[str, int] = {}
-    for f in counts.glob("*.json"):
-        for key, n in json.loads(f.read_text()).items():
-            total[key] = total.get(key, 0) + n
-    return r, total
+    return r, read_counts(counts)
 
 
 @pytest.mark.parametrize("undo", [False, True], ids=["patched", "control: patch undone"])
