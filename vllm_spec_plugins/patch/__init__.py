@@ -70,12 +70,17 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
    Verified by: tests/e2e/*.
 5. ``GPUModelRunner.propose_draft_token_ids`` — :mod:`.model_runner`
    Why: ``propose`` does not receive the full hidden states (with aux outputs on it
-   gets only their concatenation) and not the request ids. How: stash them on the
+   gets only their concatenation) and not the request ids; and vLLM prepares the drafter's inputs in every
+   step, also where nothing is drafted. How: stash them on the
    plugin proposer (with prompt lookup, also the model's ``k`` the scheduler put on the ``SchedulerOutput``,
-   ``MODEL_K_ATTR``, row 9), then call the original unchanged. Remove when: the V1 runner is gone
+   ``MODEL_K_ATTR``, row 9); in a plain decode step that drafts nothing and verifies nothing (synchronous
+   scheduling, no prompt lookup), return what the proposer answers without vLLM's preparation
+   (``PluginProposerMixin.propose_without_drafts``: no drafts; an attention drafter keeps the step's first-pass
+   rows), else call the original unchanged. Remove when: the V1 runner is gone
    (MRV2's ``propose`` receives both), or V1's ``propose`` gains them. Upstream: vLLM issue #57684
    (V1 removal plan), RFC #36219 (one ``ProposerInput`` for every proposer). Supported vLLM: 0.32, 0.33.
-   Verified by: tests/e2e/*.
+   Verified by: tests/e2e/* (the shortcut: tests/e2e/test_plain_decode_without_drafts.py,
+   tests/unit/test_without_drafts.py).
 6. ``GPUModelRunner._on_request_state_removed`` — :mod:`.model_runner`
    Why: finished/aborted requests must free their carried state. How: release the
    request's state slot, then call the original (a documented hook for platform

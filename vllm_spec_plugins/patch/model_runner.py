@@ -79,6 +79,13 @@ def _propose_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         if _is_plugin_drafter(self):
             self.drafter.stash_step(self, hidden_states=hidden_states, aux_hidden_states=aux_hidden_states,
                                     model_k=getattr(scheduler_output, MODEL_K_ATTR, None))
+            drafts = self.drafter.propose_without_drafts(self, scheduler_output, sampled_token_ids, hidden_states,
+                                                         aux_hidden_states, spec_decode_metadata,
+                                                         common_attn_metadata)
+            if drafts is not None:  # a plain decode step drafting nothing: no input preparation (as vLLM's would)
+                self._draft_probs = None
+                self._draft_prob_req_ids = None
+                return drafts
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)

@@ -111,6 +111,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         _RUNNER,
+        "GPUModelRunner._get_positions",
+        params=("self", "num_tokens"),
+        why="patch 5 / runtime: the step's positions, in a plain decode step answered without vLLM's preparation",
+    ),
+    Target(
+        _RUNNER,
         "GPUModelRunner._on_request_state_removed",
         params=("self", "req_id", "req_state"),
         why="patch 6 (model_runner.py): free carried state of finished/aborted requests",

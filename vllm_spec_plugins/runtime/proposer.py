@@ -78,6 +78,47 @@ class PluginProposerMixin(DrafterRuntime):
         self._step["req_ids"] = list(gpu_input_batch.req_ids[: gpu_input_batch.num_reqs])
         return next_token_ids, valid
 
+    def propose_without_drafts(self, runner: Any, scheduler_output: Any, sampled_token_ids: Any,
+                               hidden_states: torch.Tensor, aux_hidden_states: list[torch.Tensor] | None,
+                               spec_decode_metadata: Any, common_attn_metadata: Any) -> torch.Tensor | None:
+        """V1: a plain decode step that drafts nothing, answered without vLLM's preparation of the drafter's inputs.
+
+        vLLM's runner prepares the drafter's inputs in every step of a speculative engine (the next token of each
+        request, read back per request on the host; the padded batch's sampling rows; the attention metadata
+        rebuilt), 0.3 ms a step on this machine, also where nothing is drafted. In a step where the model drafts
+        nothing (``k = 0``), no draft is verified (``max_spec_len == 0``: one sampled token per request), every
+        request has one token scheduled and none is a prompt chunk that samples nothing (vLLM's
+        ``discard_request_mask``), with synchronous scheduling and no prompt lookup, the next token of each request
+        is the one it sampled (``sampled_token_ids[:, 0]``, what vLLM's preparation returns for a request that
+        sampled), and the front end does here what its ``propose`` would do with it (:meth:`_without_drafts`).
+        Returns the step's drafts (none), or ``None`` where vLLM's path must run."""
+        if (getattr(scheduler_output, "num_spec_tokens_to_schedule", None) != 0
+                or getattr(spec_decode_metadata, "max_spec_len", None) != 0
+                or not isinstance(sampled_token_ids, torch.Tensor) or sampled_token_ids.dim() != 2
+                or sampled_token_ids.shape[1] != 1 or getattr(runner, "use_async_scheduling", True)
+                or self.lookup is not None or self.guard.disabled):
+            return None
+        B = sampled_token_ids.shape[0]
+        batch = getattr(runner, "input_batch", None)
+        discard = getattr(getattr(runner, "discard_request_mask", None), "np", None)
+        if (batch is None or discard is None or getattr(batch, "num_reqs", None) != B
+                or getattr(scheduler_output, "total_num_scheduled_tokens", None) != B or bool(discard[:B].any())):
+            return None
+        self.guard.poll()
+        if self.guard.disabled:
+            return None
+        self._step["req_ids"] = list(batch.req_ids[:B])
+        if self._trace_dir:  # what the trace records of the step (prepare_next_token_ids_padded keeps it otherwise)
+            self._step.update(sampled_token_ids=sampled_token_ids,
+                              valid_count=torch.ones(B, dtype=torch.int32, device=sampled_token_ids.device))
+        return self._without_drafts(runner, B, sampled_token_ids[:, 0], hidden_states, aux_hidden_states,
+                                    common_attn_metadata)
+
+    def _without_drafts(self, runner: Any, B: int, next_token_ids: torch.Tensor, hidden_states: torch.Tensor,
+                        aux_hidden_states: list[torch.Tensor] | None, cad: Any) -> torch.Tensor | None:
+        """The front end's share of :meth:`propose_without_drafts` (``None``: vLLM's path)."""
+        return None
+
     def on_request_removed(self, req_id: str) -> None:
         if self.pool is not None:
             self.pool.release(req_id)
@@ -154,6 +195,14 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
                   slot_mappings: Any = None) -> None:
         self._dummy_forward(max(1, min(num_tokens, self.max_reqs)), max(1, min(num_tokens, self.max_num_tokens)))
+
+    def _without_drafts(self, runner: Any, B: int, next_token_ids: torch.Tensor, hidden_states: torch.Tensor,
+                        aux_hidden_states: list[torch.Tensor] | None, cad: Any) -> torch.Tensor | None:
+        """Nothing to do at ``k = 0`` without state to carry (``propose`` would fill the forward's inputs for a
+        forward it skips); with state, or tracing, ``propose`` runs."""
+        if self.pool is not None or self._trace_dir:
+            return None
+        return torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
 
     @torch.inference_mode()
     def propose(self, num_speculative_tokens: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
@@ -271,15 +320,9 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                 return self.guard.idle(B, num_speculative_tokens, next_token_ids)
             self._set_token_request(common_attn_metadata.query_start_loc, B, T)
         self.pass_index = 0
-        trace_first: dict[str, Any] | None = None
-        if self._trace_dir:
-            trace_first = {"target_token_ids": target_token_ids[:T].cpu().clone(),
-                           "target_positions": target_positions[..., :T].cpu().clone(),
-                           "target_hidden_states": target_hidden_states[:T].cpu().clone(),
-                           "next_token_ids": next_token_ids[:B].cpu().clone(),
-                           "query_start_loc": common_attn_metadata.query_start_loc[:B + 1].cpu().clone(),
-                           "token_indices_to_sample": None if token_indices_to_sample is None
-                           else token_indices_to_sample[:B].cpu().clone()}
+        trace_first = (self._trace_first(B, T, target_token_ids, target_positions, target_hidden_states,
+                                         next_token_ids, common_attn_metadata, token_indices_to_sample)
+                       if self._trace_dir else None)
         self._step["first_pass"] = "ran"
         mk = self._model_k(num_speculative_tokens)  # fewer than k: the rest is the lookup's (or padding)
         if self.kept is not None:
@@ -311,7 +354,51 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
             self._trace(B, T, drafts, trace_first)
         return drafts
 
+    @staticmethod
+    def _trace_first(B: int, T: int, target_token_ids: torch.Tensor, target_positions: torch.Tensor,
+                     target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor, cad: Any,
+                     token_indices_to_sample: torch.Tensor | None) -> dict[str, Any]:
+        """What the trace records of the first pass's inputs (host copies)."""
+        return {"target_token_ids": target_token_ids[:T].cpu().clone(),
+                "target_positions": target_positions[..., :T].cpu().clone(),
+                "target_hidden_states": target_hidden_states[:T].cpu().clone(),
+                "next_token_ids": next_token_ids[:B].cpu().clone(),
+                "query_start_loc": cad.query_start_loc[:B + 1].cpu().clone(),
+                "token_indices_to_sample": None if token_indices_to_sample is None
+                else token_indices_to_sample[:B].cpu().clone()}
+
     # -- the k = 0 floor: skipped first passes and their catch-up (.catchup) ---------------------------------
+
+    def _without_drafts(self, runner: Any, B: int, next_token_ids: torch.Tensor, hidden_states: torch.Tensor,
+                        aux_hidden_states: list[torch.Tensor] | None, cad: Any) -> torch.Tensor | None:
+        """Keep the step's first-pass rows, as :meth:`propose` does in a plain decode step at ``k = 0``, from the
+        runner's own buffers (its positions and input ids, the target's hidden states or aux layers, as vLLM would
+        have passed them); ``None`` (vLLM's path, which catches up and runs the pass) where they cannot be kept, or
+        for a drafter with extra inputs to prepare."""
+        if self.kept is None or self.buffers:
+            return None
+        positions = runner._get_positions(B)
+        hidden = (torch.cat([h[:B] for h in aux_hidden_states], dim=-1)
+                  if getattr(runner, "use_aux_hidden_state_outputs", False) and aux_hidden_states
+                  else hidden_states[:B])
+        ok, kept = self.guard.run(f"{self.drafter.model_class} in vLLM's EAGLE loop", self._keep_without_drafts,
+                                  B, next_token_ids, positions, hidden, cad)
+        if not ok:
+            return self.guard.idle(B, 0, next_token_ids)
+        if not kept:
+            return None
+        nothing = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+        if self._trace_dir:
+            self._trace(B, B, nothing, self._trace_first(B, B, runner.input_ids.gpu, positions, hidden,
+                                                         next_token_ids, cad, None))
+        return nothing
+
+    def _keep_without_drafts(self, B: int, next_token_ids: torch.Tensor, positions: torch.Tensor,
+                             hidden: torch.Tensor, cad: Any) -> bool:
+        assert self.kept is not None
+        self._settle_kept(B, self.runner.input_batch.num_computed_tokens_cpu)
+        self._step["first_pass"] = "ran"
+        return self._skip_first_pass(0, B, B, positions, hidden, next_token_ids, cad)
 
     def _skip_first_pass(self, k: int, B: int, T: int, target_positions: torch.Tensor,
                          target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor, cad: Any) -> bool:
