@@ -24,7 +24,7 @@ def _step(**over):
         discard_request_mask=types.SimpleNamespace(np=np.zeros(8, dtype=bool)),
         positions=torch.tensor([10, 20, 30, 0, 0]), use_aux_hidden_state_outputs=False,
         input_ids=types.SimpleNamespace(gpu=torch.tensor([5, 6, 7, 0, 0], dtype=torch.int32)),
-        _get_positions=lambda n: torch.tensor([10, 20, 30, 0, 0])[:n])
+        _get_positions=lambda n: torch.tensor([10, 20, 30, 0, 0])[:n], get_model=lambda: object())
     so = types.SimpleNamespace(num_spec_tokens_to_schedule=0, total_num_scheduled_tokens=B)
     md = types.SimpleNamespace(max_spec_len=0)
     sampled = torch.tensor([[41], [42], [43]], dtype=torch.int32)
@@ -105,17 +105,21 @@ def test_a_heads_drafter_with_state_or_a_trace_runs_propose(case):
     assert _call(p, _step()) is None
 
 
-@pytest.mark.parametrize("case", ["catch-up off", "extra inputs", "no room left"])
+@pytest.mark.parametrize("case", ["catch-up off", "extra inputs", "no room left", "mtp target"])
 def test_an_attention_drafter_runs_propose_where_it_cannot_keep_the_rows(case):
     """Catch-up turned off (``VLLM_SPEC_PLUGINS_DRAFT_CATCHUP=0``); a drafter with extra inputs to fill; a request
-    at its limit of kept rows (vLLM's path catches up and runs the pass): nothing kept here."""
+    at its limit of kept rows (vLLM's path catches up and runs the pass); a target that overrides the hidden states
+    fed to drafters (vLLM reads ``get_mtp_target_hidden_states``): nothing kept here."""
     kept = KeptRows(4, 1, 2, torch.float32, torch.device("cpu"))
     p = _proposer(AttentionProposer, kept=None if case == "catch-up off" else kept,
                   buffers={"x": torch.zeros(1)} if case == "extra inputs" else {})
-    p.runner = _step()["runner"]
+    c = _step()
+    p.runner = c["runner"]
     if case == "no room left":
         kept.keep(["b"], torch.zeros(1, dtype=torch.int32), torch.zeros(1), torch.zeros(1), torch.zeros(1, 2))
-    assert _call(p, _step()) is None
+    if case == "mtp target":
+        c["runner"].get_model = lambda: types.SimpleNamespace(get_mtp_target_hidden_states=lambda: None)
+    assert _call(p, c) is None
     assert kept.where == ({"b": [0, 1]} if case == "no room left" else {})
 
 

@@ -117,6 +117,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         _RUNNER,
+        "GPUModelRunner.get_model",
+        params=("self",),
+        why="runtime: a target overriding the hidden states fed to drafters keeps vLLM's path at k = 0 (patch 5)",
+    ),
+    Target(
+        _RUNNER,
         "GPUModelRunner._on_request_state_removed",
         params=("self", "req_id", "req_state"),
         why="patch 6 (model_runner.py): free carried state of finished/aborted requests",

@@ -374,8 +374,10 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         """Keep the step's first-pass rows, as :meth:`propose` does in a plain decode step at ``k = 0``, from the
         runner's own buffers (its positions and input ids, the target's hidden states or aux layers, as vLLM would
         have passed them); ``None`` (vLLM's path, which catches up and runs the pass) where they cannot be kept, or
-        for a drafter with extra inputs to prepare."""
-        if self.kept is None or self.buffers:
+        for a drafter with extra inputs to prepare, or a target that overrides the hidden states fed to drafters
+        (vLLM's ``get_mtp_target_hidden_states``)."""
+        if (self.kept is None or self.buffers
+                or getattr(runner.get_model(), "get_mtp_target_hidden_states", None) is not None):
             return None
         positions = runner._get_positions(B)
         hidden = (torch.cat([h[:B] for h in aux_hidden_states], dim=-1)
