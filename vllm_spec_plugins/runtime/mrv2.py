@@ -390,10 +390,10 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
             self._set_token_request(args[0].query_start_loc, B, T)
         self.pass_index = 0
         self._step["first_pass"] = "ran"
+        k = kwargs["num_speculative_tokens"]  # the model's (the step's less the lookup's), as vLLM's loop reads it
+        k = self.num_speculative_steps if k is None else int(k)
         if self.kept is not None:
             input_batch, _, slot_mappings, last_hidden_states, aux_hidden_states = args[:5]
-            k = kwargs["num_speculative_tokens"]
-            k = self.num_speculative_steps if k is None else int(k)
             self._settle_kept(B, input_batch.num_computed_tokens_np)
             hidden = torch.cat(aux_hidden_states, dim=-1) if aux_hidden_states else last_hidden_states
             slots = slot_mappings[self._draft_layer]
@@ -406,8 +406,7 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
                 return out
             for batch_rows, ends, idx in self._kept_passes():
                 self._catch_up_pass(input_batch, batch_rows, ends, idx)
-        k = kwargs["num_speculative_tokens"]
-        self._prefill_samples = k is None or int(k) > 0
+        self._prefill_samples = k > 0
         try:
             drafts: torch.Tensor = super().propose(*args, **kwargs)
         finally:
