@@ -126,3 +126,23 @@ def test_an_attention_drafter_runs_propose_where_it_cannot_keep_the_rows(case):
 def test_the_mixin_alone_keeps_vllms_path():
     """A front end that does not say what to do at k = 0 (the mixin's default)."""
     assert _call(_proposer(type("P", (PluginProposerMixin,), {})), _step()) is None
+
+
+def test_a_failure_while_keeping_the_rows_turns_drafting_off(caplog):
+    """Keeping the rows runs under the guard, as in ``propose``: a failure there is logged once, drafting is off
+    for the rest of the engine's life, and the step gets the guard's idle drafts (none)."""
+    from tests.unit.test_guard import _guard
+
+    p = _proposer(AttentionProposer, kept=KeptRows(4, 8, 2, torch.float32, torch.device("cpu")))
+    p.guard = _guard()
+    p.runner = _step()["runner"]
+
+    def broken(*a, **k):
+        raise RuntimeError("no room in the kept rows")
+
+    p._skip_first_pass = broken
+    with caplog.at_level("ERROR"):
+        out = _call(p, _step())
+    assert out.shape == (B, 0) and p.guard.disabled
+    assert "no room in the kept rows" in caplog.text
+    assert _call(p, _step()) is None  # from then on vLLM's path, where propose returns the guard's idle drafts
