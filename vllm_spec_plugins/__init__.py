@@ -15,6 +15,7 @@ import pluggy
 
 from ._names import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
 from .api import (
+    ATTENTION_STEP_INPUTS,
     DEFAULT_INPUTS,
     STEP_INPUTS,
     AttentionDraftModel,
@@ -36,6 +37,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 __all__ = [
     "API_VERSION",
+    "ATTENTION_STEP_INPUTS",
     "DEFAULT_INPUTS",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",

@@ -12,13 +12,14 @@ ENV_STRICT = "VLLM_SPEC_PLUGINS_STRICT"
 """``1``: a plugin drafter that fails at run time re-raises (engine fails) instead of turning speculation off."""
 ENV_RUNNER = "VLLM_SPEC_PLUGINS_RUNNER"
 """``auto`` (default) or ``v1``: the model runner plugin drafters may run on (:func:`vllm_spec_plugins.routing.runner_choice`)."""
-API_VERSION = 3
+API_VERSION = 4
 """Version of the plugin API (hooks, dataclasses, model contract). 2 added ``StateSpec(init="<model
 attribute>")``, the ``TOKEN_IDS_ALL`` / ``NUM_SCHEDULED_TOKENS`` / ``NUM_REJECTED`` sources and
 ``ExtraInput(shape=None)`` (not checked) vs ``shape=()`` (scalar, checked). 3 added the ``num_drafts``
 forward parameter of ``heads`` drafters (:data:`vllm_spec_plugins.api.STEP_INPUTS`) and the sources of what
-the target was fed (``TARGET_INPUTS_EMBEDS``, ``IS_MULTIMODAL``, ``POSITIONS_ALL``, ``NEXT_POSITIONS``). API-1
-and API-2 plugins work unchanged."""
+the target was fed (``TARGET_INPUTS_EMBEDS``, ``IS_MULTIMODAL``, ``POSITIONS_ALL``, ``NEXT_POSITIONS``). 4 added the
+``kv_only`` forward parameter of ``attention`` drafters (:data:`vllm_spec_plugins.api.ATTENTION_STEP_INPUTS`).
+Plugins declaring an earlier API work unchanged."""
 MM_MASK_ATTR = "_vsp_is_mm_embed"
 """Where the runner patches leave the step's multimodal-row mask (patches 18 and 19), on the V1 runner or MRV2's
 ``EncoderRunner``, for ``Source.IS_MULTIMODAL``."""

@@ -110,6 +110,18 @@ STEP_INPUTS: dict[str, str] = {
 }
 NUM_DRAFTS = "num_drafts"
 
+#: API 4. Forward parameters of ``attention`` drafters that the shim fills with a plain ``bool`` of the pass
+#: (bound by name, no declaration; only for plugins declaring ``VLLM_SPEC_API >= 4``).
+#: ``kv_only``: ``True`` in a pass whose outputs vLLM's loop discards (a first pass in a step whose model drafts
+#: nothing, and the catch-up of skipped first passes), where all that counts is the draft KV cache the pass
+#: writes. The forward may skip what no KV cache write depends on (a last layer's MLP, a final norm) and
+#: return anything (``None``). Passed ``True`` only in passes run eagerly (vLLM's forward context says no CUDA
+#: graph), never in warm-up, profile or capture runs, so a captured or compiled graph holds ``False``.
+ATTENTION_STEP_INPUTS: dict[str, str] = {
+    "kv_only": "only this pass's draft KV cache writes are kept, its outputs are discarded (bool)",
+}
+KV_ONLY = "kv_only"
+
 
 #: Dtype names a declaration may use: ``"model"`` (the engine's dtype) or a torch dtype attribute name.
 DTYPE_NAMES: tuple[str, ...] = (
@@ -360,8 +372,9 @@ class HeadsDraftModel(Protocol):
 
 class AttentionDraftModel(Protocol):
     """What the model class of a ``kind="attention"`` drafter provides: vLLM's EAGLE loop calls
-    ``forward(input_ids, positions, hidden_states, inputs_embeds)`` (plus declared extra inputs), then
-    ``compute_logits(hidden_states)``; with ``aux_layer_ids`` also ``combine_hidden_states(hidden_states)``."""
+    ``forward(input_ids, positions, hidden_states, inputs_embeds)`` (plus declared extra inputs, and with
+    API 4 ``kv_only``: :data:`ATTENTION_STEP_INPUTS`), then ``compute_logits(hidden_states)``; with
+    ``aux_layer_ids`` also ``combine_hidden_states(hidden_states)``."""
 
     def __init__(self, *, vllm_config: Any, prefix: str = "") -> None: ...
 

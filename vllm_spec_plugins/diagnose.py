@@ -419,6 +419,8 @@ def _check_bindings(rep: Report, d: Drafter, cls: type[Any], hf: Any, hidden: in
         for b in bindings:
             if b.source is None and d.kind == "heads":
                 parts.append(f"{b.param} <- the step's number of drafts (int, API 3)")
+            elif b.source is None and b.param == "kv_only":
+                parts.append(f"{b.param} <- True in passes whose outputs are discarded (bool, API 4)")
             elif b.source is None:
                 parts.append(f"{b.param} <- vLLM's drafting loop")
             else:

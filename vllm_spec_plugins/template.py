@@ -65,7 +65,7 @@ _FILES["src/{pkg}/__init__.py"] = '''\
 from vllm_spec_plugins import Drafter, hookimpl
 
 __version__ = "0.1.0"
-VLLM_SPEC_API = 3
+VLLM_SPEC_API = 4
 
 
 @hookimpl

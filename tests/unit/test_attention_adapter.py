@@ -41,6 +41,9 @@ def _proposer(T_max=8):
         expanded={new.key: torch.zeros_like(buffers[new.key])},
         token_request=torch.tensor([0, 0, 0, 1, 1, 0, 0, 0]),
         pass_index=0,
+        discarding=False,
+        takes_kv_only=False,
+        _step={},
     )
     return p, buffers
 
@@ -102,3 +105,71 @@ def test_token_row_sources_refused_where_the_first_pass_is_not_the_target_s_layo
     assert "disable_padded_drafter_batch" in msg and "Leave" in msg
     msg = _layout_check(condensed_option=False, pcp=2)
     assert "prefill_context_parallel_size=2" in msg
+
+
+class KvOnlyRecorder(torch.nn.Module):
+    """A forward taking ``kv_only`` (API 4): records what it was told; returns None when told."""
+
+    def __init__(self):
+        super().__init__()
+        self.told = []
+
+    def forward(self, input_ids, hidden_states, kv_only=False):
+        self.told.append(kv_only)
+        return None if kv_only else hidden_states * 2
+
+
+def _kv_proposer():
+    return types.SimpleNamespace(forward_bindings=[Binding("input_ids", None), Binding("hidden_states", None),
+                                                   Binding("kv_only", None)],
+                                 buffers={}, later_pass_rows={}, expanded={}, token_request=torch.zeros(8).long(),
+                                 pass_index=0, discarding=False, takes_kv_only=True, _step={})
+
+
+def _passes(adapter, p, mode_name=None, passes=2):
+    """``passes`` passes of one call of vLLM's loop under a forward context of cudagraph mode ``mode_name``
+    (``None``: no forward context at all); what each pass returned."""
+    import contextlib
+
+    from vllm.config import CUDAGraphMode, VllmConfig
+    from vllm.forward_context import set_forward_context
+
+    p.pass_index = 0
+    ctx = (contextlib.nullcontext() if mode_name is None else
+           set_forward_context(None, VllmConfig(), cudagraph_runtime_mode=getattr(CUDAGraphMode, mode_name)))
+    with ctx:
+        return [adapter(input_ids=torch.arange(3), hidden_states=torch.ones(3, 2)) for _ in range(passes)]
+
+
+def test_kv_only_told_in_an_eager_first_pass_whose_outputs_are_discarded():
+    """API 4: ``kv_only=True`` only in the first pass of a discarding call (a draft prefill at k = 0, a catch-up)
+    run eagerly; the loop gets the pass's input hidden states in place of the forward's None. Later passes, calls
+    whose outputs are used, and passes under a CUDA graph (which replays what it captured) are told False."""
+    p = _kv_proposer()
+    inner = KvOnlyRecorder()
+    adapter = AttentionDrafterAdapter(inner, p)
+    out = _passes(adapter, p, "NONE")  # outputs used: never told
+    assert inner.told == [False, False] and torch.equal(out[0][0], torch.full((3, 2), 2.0))
+    p.discarding = True
+    inner.told.clear()
+    out = _passes(adapter, p, "NONE")
+    assert inner.told == [True, False]
+    assert torch.equal(out[0][0], torch.ones(3, 2)) and out[0][0].shape == out[0][1].shape == (3, 2)
+    assert p._step["kv_only"] == 1
+    for mode in ("PIECEWISE", "FULL", None):  # graphs, and outside any forward context: never told
+        inner.told.clear()
+        _passes(adapter, p, mode)
+        assert inner.told == [False, False], mode
+    assert p._step["kv_only"] == 1
+
+
+def test_kv_only_never_told_to_a_forward_without_it():
+    """A forward without the parameter (API 3 and older, or one that does not ask) runs whole in every pass and
+    its outputs go to the loop as they are."""
+    p = _kv_proposer()
+    p.takes_kv_only, p.discarding = False, True
+    p.forward_bindings = p.forward_bindings[:2]
+    inner = Recorder()
+    out = _passes(AttentionDrafterAdapter(inner, p), p, "NONE", passes=1)
+    assert [sorted(c) for c in inner.calls] == [["hidden_states", "input_ids"]]
+    assert torch.equal(out[0][0], torch.arange(3).float()) and "kv_only" not in p._step

@@ -310,6 +310,35 @@ def test_api3_num_drafts_is_the_steps_k_for_heads_drafters_only():
         run(clash, forward, loop_inputs=loop_inputs_of(clash))
 
 
+def test_api4_kv_only_is_passed_to_attention_drafters_only():
+    """API 4: ``kv_only`` is passed by the shim to attention drafters (no buffer); API-3 and older plugins and heads
+    drafters never get it (a parameter with a default is left out, one without refused), and a declared extra
+    input cannot take its name."""
+    from vllm_spec_plugins.runtime.inputs import loop_inputs_of
+
+    def forward(self, input_ids, positions, hidden_states, kv_only):
+        ...
+
+    def optional(self, input_ids, positions, hidden_states, kv_only=False):
+        ...
+
+    for api in (0, 4):
+        d = dataclasses.replace(make(kind="attention"), api=api)
+        assert [b for b in run(d, forward, loop_inputs=loop_inputs_of(d)) if b.param == "kv_only"] == [
+            Binding("kv_only", None)]
+    api3 = dataclasses.replace(make(kind="attention"), api=3)
+    assert "kv_only" not in loop_inputs_of(api3)
+    assert [b.param for b in run(api3, optional, loop_inputs=loop_inputs_of(api3))] == [
+        "input_ids", "positions", "hidden_states"]
+    with pytest.raises(PluginContractError, match="takes parameter 'kv_only', which nothing provides"):
+        run(api3, forward, loop_inputs=loop_inputs_of(api3))
+    heads = dataclasses.replace(make(), api=4)
+    assert "kv_only" not in loop_inputs_of(heads)
+    clash = dataclasses.replace(make(kind="attention", extra_inputs=(
+        ExtraInput(name="kv_only", source=Source.NUM_ACCEPTED),)), api=4)
+    with pytest.raises(PluginContractError, match=r"extra input 'kv_only' has the name of a step input the shim "
+                                                  r"passes itself \(API 4: "):
+        run(clash, forward, loop_inputs=loop_inputs_of(clash))
 
 
 def test_api3_target_input_sources_on_a_multimodal_target():

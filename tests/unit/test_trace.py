@@ -37,7 +37,7 @@ def test_record_loads_with_weights_only(tmp_path):
                                                                        "token_indices_to_sample": None})
     assert p._trace_hook is None  # consumed: the next step records its own hook call
     rec = torch.load(path, weights_only=True)
-    assert rec["schema"] == trace.TRACE_SCHEMA == 7
+    assert rec["schema"] == trace.TRACE_SCHEMA == 8
     assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
     assert rec["req_ids"] == ["a-1234", "b-5678"]
     assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
@@ -54,11 +54,12 @@ def test_record_loads_with_weights_only(tmp_path):
     assert (rec["num_drafts"], rec["forward_columns"]) == (2, 3)  # told k=2, returned 3 columns (cut to 2)
     empty = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
     assert (empty["num_drafts"], empty["forward_columns"]) == (None, None)  # k = 0: no forward ran
-    assert (empty["first_pass"], empty["caught_up"], empty["trimmed"]) == (None, None, None)  # heads: no first pass
+    assert (empty["first_pass"], empty["caught_up"], empty["trimmed"], empty["kv_only"]) == (
+        None, None, None, None)  # heads: no first pass
     p.drafter = dataclasses.replace(p.drafter, kind="attention")
-    p._step.update(first_pass="skipped", caught_up=5, trimmed=2)
+    p._step.update(first_pass="skipped", caught_up=5, trimmed=2, kv_only=3)
     rec = torch.load(trace.save_record(p, 2, 3, torch.zeros(2, 0, dtype=torch.int64)), weights_only=True)
-    assert (rec["first_pass"], rec["caught_up"], rec["trimmed"]) == ("skipped", 5, 2)
+    assert (rec["first_pass"], rec["caught_up"], rec["trimmed"], rec["kv_only"]) == ("skipped", 5, 2, 3)
     assert (rec["lookup"], rec["lookup_next_positions"], rec["lookup_rates"], rec["lookup_verified"]) == (
         None, None, None, None)  # lookup off
     p.lookup = types.SimpleNamespace(chosen=torch.tensor([2, 1, 1]), rates=torch.tensor([[0.5, 0.5], [0.8, 0.2],

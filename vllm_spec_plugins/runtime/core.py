@@ -24,7 +24,7 @@ import torch
 from vllm.forward_context import set_forward_context
 
 from .._names import ENV_TRACE_DIR
-from ..api import MULTIMODAL_SOURCES, NUM_DRAFTS, Drafter, Source, model_class_error, model_class_gaps
+from ..api import KV_ONLY, MULTIMODAL_SOURCES, NUM_DRAFTS, Drafter, Source, model_class_error, model_class_gaps
 from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
@@ -718,10 +718,13 @@ class AttentionDrafterAdapter(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 hidden_states: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None) -> Any:
         p = self._proposer
+        # API 4: a first pass whose outputs vLLM's loop discards, run eagerly, tells the forward so
+        kv_only = p.discarding and p.takes_kv_only and p.pass_index == 0 and hidden_states is not None \
+            and eager_pass()
         loop = {"input_ids": input_ids, "positions": positions, "hidden_states": hidden_states,
-                "inputs_embeds": inputs_embeds}
+                "inputs_embeds": inputs_embeds, KV_ONLY: kv_only}
         rows = next(t for t in (input_ids, inputs_embeds, hidden_states) if t is not None).shape[0]
-        kwargs: dict[str, torch.Tensor | None] = {}
+        kwargs: dict[str, torch.Tensor | bool | None] = {}
         for b in p.forward_bindings:
             if b.source is None:
                 kwargs[b.param] = loop[b.param]
@@ -735,9 +738,25 @@ class AttentionDrafterAdapter(torch.nn.Module):
                 kwargs[b.param] = p.buffers[b.key][:rows]
         p.pass_index += 1
         out = self.inner(**kwargs)
+        if kv_only:
+            # its return value is not looked at: the loop gets the pass's input hidden states in its place (the
+            # shape it indexes before returning; [rows, hidden], the draft's width), and discards them
+            p._step["kv_only"] = p._step.get("kv_only", 0) + 1
+            return hidden_states, hidden_states
         if isinstance(out, torch.Tensor):
             return out, out
         return out
+
+
+def eager_pass() -> bool:
+    """Whether the pass now running runs eagerly: vLLM's forward context (set around every drafter pass) says no
+    CUDA graph (``CUDAGraphMode.NONE``). A captured graph replays what it captured, whatever a flag says."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if not is_forward_context_available():
+        return False
+    mode = getattr(get_forward_context(), "cudagraph_runtime_mode", None)
+    return mode is not None and getattr(mode, "name", None) == "NONE"
 
 
 
@@ -773,6 +792,23 @@ class AttentionRuntime(DrafterRuntime):
         self.token_request = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=device)
         self.token_arange = torch.arange(self.max_num_tokens, dtype=torch.int64, device=device)
         self.pass_index = 0
+        #: API 4: the forward takes ``kv_only``, told ``True`` in eager first passes whose outputs are discarded
+        self.takes_kv_only = any(b.param == KV_ONLY and b.source is None for b in self.forward_bindings)
+
+    #: set around the passes whose outputs vLLM's loop discards (:meth:`_discarding`)
+    discarding = False
+
+    @contextlib.contextmanager
+    def _discarding(self) -> Iterator[None]:
+        """Around a call of vLLM's loop whose first pass's outputs are discarded: a draft prefill while the model
+        drafts nothing (V1's ``propose`` at ``k = 0`` returns before its logits; MRV2's forward-only prefill), and
+        the catch-up of skipped first passes. All it writes that counts is the draft KV cache: a forward taking
+        ``kv_only`` (API 4) is told so (:class:`AttentionDrafterAdapter`, eager passes only)."""
+        self.discarding = True
+        try:
+            yield
+        finally:
+            self.discarding = False
 
     #: V1's runner condenses the first pass to the accepted tokens under ``disable_padded_drafter_batch``
     condensed_first_pass_option = False
@@ -942,7 +978,7 @@ class AttentionRuntime(DrafterRuntime):
 
     def _trial_attention(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor) -> None:
         """One pass of the plugin model on one row of static buffers (no attention metadata, as in vLLM's
-        warm-up)."""
+        warm-up); a forward taking ``kv_only`` (API 4) is also run told ``kv_only=True``."""
         if self.combines_target_layers:
             combined = self.model.combine_hidden_states(
                 torch.zeros((1, self.target_rows_width), dtype=hidden.dtype, device=hidden.device))
@@ -958,6 +994,11 @@ class AttentionRuntime(DrafterRuntime):
             h = out[0] if isinstance(out, tuple) else out
             logits = self.model.compute_logits(h)
         self.pass_index = 0
+        if self.takes_kv_only:  # API 4: the forward told that only its draft KV counts must run too
+            with self._discarding(), set_forward_context(None, self.vllm_config, num_tokens=1):
+                self.model(input_ids=input_ids, positions=positions, hidden_states=hidden, inputs_embeds=None)
+            self.pass_index = 0
+            self._step.pop("kv_only", None)
         # (no finite-logits check here: without attention metadata vLLM's attention layers skip their kernel and
         # leave their output uninitialised, so these logits are not meaningful; heads drafters' are)
         if logits is not None and logits.shape[-1] > self.target_vocab_size:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import DEFAULT_INPUTS, MULTIMODAL_SOURCES, STEP_INPUTS, Drafter, ExtraInput, Source
+from ..api import ATTENTION_STEP_INPUTS, DEFAULT_INPUTS, MULTIMODAL_SOURCES, STEP_INPUTS, Drafter, ExtraInput, Source
 from ..checkpoint import resolve_shape
 from ..errors import PluginContractError
 
@@ -41,10 +41,11 @@ LOOP_INPUTS = ("input_ids", "positions", "hidden_states", "inputs_embeds")
 
 def loop_inputs_of(d: Drafter) -> tuple[str, ...]:
     """The parameters the drafting loop passes itself rather than from a buffer: vLLM's EAGLE loop inputs
-    for ``attention`` drafters; the step inputs (:data:`~vllm_spec_plugins.api.STEP_INPUTS`, API 3) for
-    ``heads`` drafters of plugins declaring API 3 or later (``api == 0``: registered outside a host)."""
+    for ``attention`` drafters, with ``kv_only`` (:data:`~vllm_spec_plugins.api.ATTENTION_STEP_INPUTS`) for plugins
+    declaring API 4 or later; the step inputs (:data:`~vllm_spec_plugins.api.STEP_INPUTS`, API 3) for ``heads``
+    drafters of plugins declaring API 3 or later (``api == 0``: registered outside a host)."""
     if d.kind == "attention":
-        return LOOP_INPUTS
+        return LOOP_INPUTS + (tuple(ATTENTION_STEP_INPUTS) if d.api == 0 or d.api >= 4 else ())
     return tuple(STEP_INPUTS) if d.api == 0 or d.api >= 3 else ()
 
 
@@ -138,10 +139,12 @@ def bind(d: Drafter, fn: Callable[..., Any], *, hf_config: Any, hidden_size: int
         if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.name in loop_inputs:
-            if p.name in extras and p.name in STEP_INPUTS:
+            step_input = (f"API 3: {STEP_INPUTS[p.name]}" if p.name in STEP_INPUTS else
+                          f"API 4: {ATTENTION_STEP_INPUTS[p.name]}" if p.name in ATTENTION_STEP_INPUTS else None)
+            if p.name in extras and step_input:
                 raise PluginContractError(
                     f"vllm_spec_plugins: {_where(d, fn)}: extra input {p.name!r} has the name of a step input the "
-                    f"shim passes itself (API 3: {STEP_INPUTS[p.name]}); give the extra input another name",
+                    f"shim passes itself ({step_input}); give the extra input another name",
                     plugin_name=d.plugin, dist=d.display_dist)
             out.append(Binding(p.name, None))
         elif p.name in extras:

@@ -339,8 +339,9 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
             super()._prefill(num_reqs, num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp, mm_inputs=mm_inputs,
                              **kwargs)
             return
-        self._run_model(num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp=num_tokens_across_dp,
-                        mm_inputs=mm_inputs, **kwargs)
+        with self._discarding():
+            self._run_model(num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp=num_tokens_across_dp,
+                            mm_inputs=mm_inputs, **kwargs)
 
     @torch.inference_mode()
     def propose(self, input_batch: Any, attn_metadata: dict[str, Any], slot_mappings: dict[str, torch.Tensor],
@@ -450,5 +451,6 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
             block_tables=[table[rows] for table in self.block_tables.input_block_tables], slot_mappings=slots,
             kv_cache_config=self.kv_cache_config, seq_lens_cpu_upper_bound=upper, positions=positions)
         self.on_prefill_begin(len(batch_rows))
-        self._run_model(n, attn_metadata, build_slot_mappings_by_layer(slots, self.kv_cache_config),
-                        num_tokens_across_dp=None)
+        with self._discarding():
+            self._run_model(n, attn_metadata, build_slot_mappings_by_layer(slots, self.kv_cache_config),
+                            num_tokens_across_dp=None)

@@ -344,7 +344,8 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
             self._check_combined(target_hidden_states)
             if trace_first is not None:
                 trace_first["combined_hidden_states"] = target_hidden_states[:T].cpu().clone()
-        with self._plain_loop():
+        # at mk = 0 vLLM's loop discards the first pass's outputs (it returns before the draft's logits)
+        with self._plain_loop(), (self._discarding() if mk == 0 else contextlib.nullcontext()):
             drafts: torch.Tensor = super().propose(mk, target_token_ids, target_positions,
                                      target_hidden_states, next_token_ids, token_indices_to_sample,
                                      common_attn_metadata, sampling_metadata, mm_embed_inputs,
@@ -465,7 +466,7 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
         if self.combines_target_layers:
             hidden = self.model.combine_hidden_states(hidden)
         self.pass_index = 0
-        with self._plain_loop():
+        with self._plain_loop(), self._discarding():
             # vLLM's first pass shifts the token ids left by one and puts next_token_ids at each request's last
             # row: the kept ids rolled right by one, and each request's last kept id, give the kept ids back
             super().propose(0, torch.roll(token_ids, 1), positions, hidden, token_ids[last], None,

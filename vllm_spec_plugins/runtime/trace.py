@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 7
+TRACE_SCHEMA = 8
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
 ``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
 ``num_drafts`` and ``forward_columns`` (heads drafters). 4: adds ``first_pass`` and ``caught_up`` (attention
@@ -22,7 +22,8 @@ lookup's, 1 the plugin's), ``lookup_next_positions`` (the position of each reque
 choice compared). 6: adds ``lookup_verified`` (prompt lookup on: the drafts each request verified in the
 step, which its rate counts) and ``lookup_model_k`` (how many of the step's drafts the plugin's model drafted).
 7: adds ``trimmed`` (attention drafters: rows kept from skipped first passes of steps that verified drafts, found
-rejected at this step and dropped before any catch-up)."""
+rejected at this step and dropped before any catch-up). 8: adds ``kv_only`` (attention drafters: the passes of the
+step whose forward was told ``kv_only=True``, API 4)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +61,7 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
         "first_pass": step.get("first_pass") if d.kind == "attention" else None,
         "caught_up": int(step.get("caught_up", 0)) if d.kind == "attention" else None,
         "trimmed": int(step.get("trimmed", 0)) if d.kind == "attention" else None,
+        "kv_only": int(step.get("kv_only", 0)) if d.kind == "attention" else None,
         "lookup": (None if getattr(p, "lookup", None) is None or p.lookup.chosen is None
                    else p.lookup.chosen[:B].detach().cpu().clone()),
         "lookup_next_positions": (None if step.get("lookup") is None
