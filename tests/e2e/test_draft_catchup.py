@@ -107,6 +107,21 @@ def test_first_passes_skipped_while_nothing_is_drafted_and_caught_up(skipping):
     assert records[resumed]["caught_up"] > 0  # the first drafting step after the gap replays first
 
 
+def test_passes_whose_outputs_are_discarded_write_the_draft_kv_alone(skipping):
+    """API 4: the shipped EAGLE plugin's forward takes ``kv_only``. Every catch-up pass (a step may run several),
+    and a step's own first pass while it drafts nothing (the chunked prefill), is told ``kv_only=True`` and writes
+    the draft KV without the layer's MLP; a step that drafts, or skips its first pass, tells it nothing. The
+    drafts after them equal a reference that runs the whole draft over every position
+    (test_drafts_after_the_gap_equal_a_reference_with_the_whole_draft_kv, MRV2 against V1 below)."""
+    _, records = skipping
+    told = 0
+    for rec in records:
+        discarded = int(rec["caught_up"] > 0) + int(rec["first_pass"] == "ran" and rec["drafts"].shape[1] == 0)
+        assert rec["kv_only"] >= discarded if rec["caught_up"] else rec["kv_only"] == discarded, rec["step"]
+        told += rec["kv_only"]
+    assert told >= 6 and sum(rec["first_pass"] == "ran" and rec["drafts"].shape[1] == 0 for rec in records) >= 1
+
+
 def _dropped(records) -> int:
     """Kept rows of requests that finished while kept (never replayed: nothing drafts for them again)."""
     kept: dict[str, int] = {}

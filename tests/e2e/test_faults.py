@@ -158,3 +158,31 @@ def test_trace_dir_that_is_a_file_is_refused_at_start(tiny, env, tmp_path):
              check=False)
     assert r.returncode != 0
     assert f"VLLM_SPEC_PLUGINS_TRACE_DIR='{bad}' cannot hold the drafting trace: FileExistsError" in r.log
+
+
+#: The shipped EAGLE-1's KV-only path (API 4) broken: what a plugin's faulty ``kv_only`` branch looks like.
+BROKEN_KV_ONLY = '''
+
+def _break(mod):
+    def write_kv(self, *args, **kwargs):
+        raise RuntimeError("planned: the kv_only path is broken")
+    mod.EagleDecoder.write_kv = write_kv
+
+
+when_imported("vllm_spec_eagle.model", _break)
+'''
+
+
+def test_attention_forward_failing_when_told_kv_only_is_refused_at_start(tiny, tmp_path, monkeypatch):
+    """API 4: the start-up trial also runs an attention drafter's forward told ``kv_only=True``. The shipped EAGLE
+    with its KV-only path broken is refused at start, naming plugin, distribution and model class, instead of
+    starting and turning speculation off at its first catch-up."""
+    from tests.e2e.counting_site import counting_site
+
+    env, _ = counting_site(tmp_path, monkeypatch, [], BROKEN_KV_ONLY)
+    r = run_engine(tiny["target"], speculative_config={"model": str(tiny["eagle"]), "num_speculative_tokens": 2},
+                   prompts=PROMPTS[:1], max_tokens=4, env=env, check=False)
+    assert r.returncode != 0
+    assert ("(plugin 'eagle', vllm-spec-eagle 0.1.0, model class vllm_spec_eagle.model:EagleDraftModel) failed its "
+            "trial forward at start-up") in r.log, r.log[-3000:]
+    assert "planned: the kv_only path is broken" in r.log

@@ -29,7 +29,7 @@ whose name does not say ``eagle3``, pass ``"method": "eagle3"`` for an EAGLE-3 d
 from vllm_spec_plugins import Drafter, hookimpl
 
 __version__ = "0.1.0"
-VLLM_SPEC_API = 1
+VLLM_SPEC_API = 4  # forward(kv_only=) writes the draft KV alone in passes whose outputs are discarded
 
 
 @hookimpl

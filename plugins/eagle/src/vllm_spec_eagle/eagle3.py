@@ -88,6 +88,14 @@ class Eagle3DecoderLayer(LlamaDecoderLayer):
 
     def forward(self, positions: torch.Tensor, embeds: torch.Tensor, hidden_states: torch.Tensor,
                 residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden_states, residual = self.attention_input(embeds, hidden_states, residual)
+        hidden_states = self.self_attn(positions=positions, hidden_states=hidden_states)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
+
+    def attention_input(self, embeds: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the layer's attention takes (its q/k/v come from it), and the residual."""
         if self.layer_idx == 0:
             embeds = self.input_layernorm(embeds)
             if self.norm_before_residual:
@@ -99,9 +107,7 @@ class Eagle3DecoderLayer(LlamaDecoderLayer):
             hidden_states = torch.cat([embeds, hidden_states], dim=-1)
         else:
             hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions=positions, hidden_states=hidden_states)
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+        return hidden_states, residual
 
 
 @support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "hidden_states": 0, "input_embeds": 0})
@@ -148,6 +154,20 @@ class Eagle3Decoder(nn.Module):
             hidden_states, residual = layer(positions, input_embeds, hidden_states, residual)
         hidden_states, prenorm = self.norm(hidden_states, residual)
         return hidden_states, (hidden_states if self.norm_output else prenorm)
+
+    def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
+                 input_embeds: torch.Tensor | None = None) -> None:
+        """Only the draft KV cache :meth:`forward` writes: the same operations up to the last layer's attention
+        (which writes that layer's KV), without that layer's MLP and the final norm. Not compiled
+        (``support_torch_compile`` wraps ``forward``)."""
+        if input_embeds is None:
+            input_embeds = self.embed_tokens(input_ids)
+        residual = None
+        *front, last = self.layers
+        for layer in front:
+            hidden_states, residual = layer(positions, input_embeds, hidden_states, residual)
+        x, _ = last.attention_input(input_embeds, hidden_states, residual)
+        last.self_attn(positions=positions, hidden_states=x)
 
 
 def rows_gemm(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -232,7 +252,11 @@ class Eagle3DraftModel(nn.Module):
         return m.fc(hidden_states)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
-                inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                inputs_embeds: torch.Tensor | None = None, kv_only: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if kv_only:  # API 4: a pass whose outputs are discarded; only the draft KV it writes counts
+            self.model.write_kv(input_ids, positions, hidden_states, inputs_embeds)
+            return None
         return self.model(input_ids, positions, hidden_states, inputs_embeds)
 
     def draft_targets(self) -> torch.Tensor:

@@ -74,12 +74,26 @@ class EagleDecoder(nn.Module):
             h, residual = layer(positions, h, residual)
         return h + residual
 
+    def write_kv(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor) -> None:
+        """Only the draft KV cache :meth:`forward` writes: the same operations up to the last layer's attention
+        (which writes that layer's KV), without that layer's MLP. Not compiled (``support_torch_compile`` wraps
+        ``forward``): vLLM's forward context and attention metadata are used as they are."""
+        h = self.fc(torch.cat((self.embed_tokens(input_ids), hidden_states), dim=-1))
+        residual = None
+        *front, last = self.layers
+        for layer in front:
+            h, residual = layer(positions, h, residual)
+        # LlamaDecoderLayer.forward up to its attention
+        x = last.input_layernorm(h) if residual is None else last.input_layernorm(h, residual)[0]
+        last.self_attn(positions=positions, hidden_states=x)
+
 
 class EagleDraftModel(nn.Module):
     """EAGLE-1 draft for a Llama-family target.
 
     ``forward(input_ids, positions, hidden_states) -> (hidden for logits, hidden for the next step)``;
-    the shim's attention-drafter adapter calls it inside vLLM's EAGLE loop.
+    the shim's attention-drafter adapter calls it inside vLLM's EAGLE loop. With ``kv_only=True`` (API 4: a pass
+    whose outputs are discarded) it writes the draft KV cache alone (:meth:`EagleDecoder.write_kv`).
     """
 
     # vLLM's EAGLE machinery shares the target's embeddings / lm_head unless these become True.
@@ -101,8 +115,11 @@ class EagleDraftModel(nn.Module):
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
+                kv_only: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if kv_only:  # API 4: a pass whose outputs are discarded; only the draft KV it writes counts
+            self.model.write_kv(input_ids, positions, hidden_states)
+            return None
         h = self.model(input_ids, positions, hidden_states)
         return h, h
 
