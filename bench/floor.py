@@ -23,7 +23,11 @@ batch size (``num_speculative_tokens_per_batch_size``), vLLM's own floor. Rows a
 ``--k K`` profiles drafting steps instead: the same drafters pinned to ``k = K`` (those whose ``K`` reaches it;
 vLLM's EAGLE-1 with its static schedule at ``K``), on the pure decode steps that verify ``K`` drafts per request.
 
-    python -m bench.floor [--quick] [--concurrency 1] [--repeats 2] [--k 0]
+``--kv-only`` compares, at ``k = 0``, the EAGLE drafts whose forward is told ``kv_only`` in the passes whose outputs
+are discarded (API 4: catch-ups, a first pass at ``k = 0``; the shipped drafts then skip their last layer's MLP)
+with the same drafts never told, the whole forward running there.
+
+    python -m bench.floor [--quick] [--concurrency 1] [--repeats 2] [--k 0] [--kv-only]
 """
 
 from __future__ import annotations
@@ -103,6 +107,22 @@ def _measure(cfg: dict) -> dict:
             **{f"{p}_mean": statistics.fmean(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
 
 
+#: ``--kv-only``'s rows: the EAGLE drafts pinned to ``k = 0``, their forward told ``kv_only`` in the passes whose
+#: outputs are discarded (API 4: catch-ups, first passes at ``k = 0``) or never told (``VLLM_SPEC_PLUGINS_KV_ONLY=0``:
+#: the whole forward runs there)
+WHOLE = "whole forward in discarded passes"
+
+
+def kv_only_rows(drafts: Path) -> dict[str, tuple[dict | None, dict[str, str]]]:
+    pin = {"VLLM_SPEC_PLUGINS_POLICY": "0"}
+    eagle = {"model": str(drafts / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
+    eagle3 = {"model": str(drafts / "smollm2-eagle3"), "num_speculative_tokens": 3}
+    whole = {**pin, "VLLM_SPEC_PLUGINS_KV_ONLY": "0"}
+    return {"no speculation": (None, {}), "our EAGLE-1, k=0": (eagle, pin),
+            f"our EAGLE-1, k=0, {WHOLE}": (eagle, whole), "our EAGLE-3, k=0": (eagle3, pin),
+            f"our EAGLE-3, k=0, {WHOLE}": (eagle3, whole)}
+
+
 def floor_rows(drafts: Path, k: int = 0) -> dict[str, tuple[dict | None, dict[str, str]]]:
     """Each row's speculative config and environment: no speculation, and every drafter whose ``K`` reaches ``k``
     pinned to ``k`` (at ``k = 0`` also our EAGLE-1 with its first pass every step)."""
@@ -160,8 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--k", type=int, default=0, choices=range(4),
                     help="profile steps drafting and verifying k tokens per request (default 0: the floor)")
+    ap.add_argument("--kv-only", action="store_true",
+                    help="k = 0 only: the EAGLE drafts told kv_only in passes whose outputs are discarded (API 4) "
+                         "against the same drafts never told")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = ap.parse_args(argv)
+    if args.kv_only and args.k:
+        ap.error("--kv-only compares k = 0 floors")
     if args.child:
         print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
         return 0
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     n, max_tokens = (2, 48) if args.quick else (4, 128)
     n = max(n, 2 * args.concurrency) if args.concurrency > 1 else n  # two full batches
     prompts, _ = held_out_prompt_ids(target, n)
-    rows = floor_rows(DRAFTS, args.k)
+    rows = kv_only_rows(DRAFTS) if args.kv_only else floor_rows(DRAFTS, args.k)
     results: dict[str, list[dict]] = {r: [] for r in rows}
     for rep in range(args.repeats):
         for row in (list(rows) if rep % 2 == 0 else list(rows)[::-1]):
@@ -188,11 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     med = {r: {p: statistics.median(x[p] for x in v) for p in parts} | {"steps": min(x["steps"] for x in v)}
            for r, v in results.items() if v}
     text = render(med, f"python -m bench.floor{' --quick' if args.quick else ''} --concurrency {args.concurrency} "
-                       f"{f'--k {args.k} ' if args.k else ''}"
+                       f"{f'--k {args.k} ' if args.k else ''}{'--kv-only ' if args.kv_only else ''}"
                        f"--repeats {args.repeats}", args.concurrency, args.repeats, args.k)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"floor-c{args.concurrency}" + (f"-k{args.k}" if args.k else "")
+    name = f"floor-c{args.concurrency}" + (f"-k{args.k}" if args.k else "") + ("-kv-only" if args.kv_only else "")
     (args.out / f"{name}.json").write_text(json.dumps({"rows": results, "median": med}, indent=1))
     (args.out / f"{name}.md").write_text(text + "\n")
     return 0

@@ -186,6 +186,9 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
         # prompt-lookup drafts beside the model's, chosen per request (runtime/lookup.py)
         rows["our EAGLE-3, prompt lookup"] = {"spec": rows["our EAGLE-3"]["spec"],
                                               "env": {"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "on"}}
+        # (--rows only) the forward never told kv_only: the whole draft runs in passes whose outputs are discarded
+        rows["our EAGLE-3, whole forward in discarded passes"] = {"spec": rows["our EAGLE-3"]["spec"],
+                                                                  "env": {"VLLM_SPEC_PLUGINS_KV_ONLY": "0"}}
     # vLLM's own prompt lookup, as bench.policy runs it (what a CPU user would try first)
     rows["vLLM n-gram"] = {"spec": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
                                     "prompt_lookup_min": 2}, "env": {}}

@@ -26,6 +26,7 @@ from tests.conftest import EAGLE_LENGTHS, PROMPTS
 from tests.e2e.eagle_reference import replay
 from tests.e2e.test_eagle_engine import _records, _reference
 from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
+from vllm_spec_plugins.testing.conformance import drafts_by_position
 from vllm_spec_plugins.testing.engine import run_engine
 from vllm_spec_plugins.testing.fixtures import make_tiny_eagle
 
@@ -178,18 +179,6 @@ def _drafts_by_request(records) -> list[dict[str, list[int]]]:
     return [dict(zip(map(base_request_id, rec["req_ids"]), rec["drafts"].tolist(), strict=True)) for rec in records]
 
 
-def _drafts_by_position(records) -> dict[tuple[str, int], list[int]]:
-    """Each drafting step's drafts, keyed by request and by how many tokens it had sampled then: the same key on
-    both runners whatever the steps' order and make-up."""
-    out, sampled = {}, dict[str, int]()
-    for rec in records:
-        for i, rid in enumerate(map(base_request_id, rec["req_ids"])):
-            sampled[rid] = sampled.get(rid, 0) + int(rec["valid_count"][i])
-            if rec["drafts"].shape[1]:
-                out[(rid, sampled[rid])] = rec["drafts"][i].tolist()
-    return out
-
-
 def test_tensor_parallel_2(tiny, draft, baseline_eagle_lengths, runner, request):
     """Two CPU workers decide alike (the skip and the catch-up are host decisions from the same inputs) and each
     replays its own shard of the draft KV, on both runners: output equals no speculation; on V1 every draft
@@ -210,7 +199,7 @@ def test_tensor_parallel_2(tiny, draft, baseline_eagle_lengths, runner, request)
         assert stats["compared"] >= 60 and stats["equal"] == stats["compared"], stats
         return
     _, trace1 = request.getfixturevalue("tp2_v1")
-    mine, v1 = _drafts_by_position(load_trace(trace, rank=0)), _drafts_by_position(load_trace(trace1, rank=0))
+    mine, v1 = drafts_by_position(load_trace(trace, rank=0)), drafts_by_position(load_trace(trace1, rank=0))
     common = mine.keys() & v1.keys()
     assert len(common) >= 0.9 * len(mine) and len(common) >= 60, (len(common), len(mine), len(v1))
     assert all(mine[key] == v1[key] for key in common), [key for key in common if mine[key] != v1[key]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.floor import floor_rows, step_tokens
+from bench.floor import WHOLE, floor_rows, kv_only_rows, step_tokens
 
 D = Path("/drafts")
 
@@ -37,3 +37,15 @@ def test_each_row_profiles_its_own_steps():
     assert step_tokens({"spec": None, "k": 2}) == 1
     assert step_tokens({"spec": {"model": "d"}, "k": 2}) == 3
     assert step_tokens({"spec": {"model": "d"}}) == 1
+
+
+def test_kv_only_rows_pair_each_eagle_draft_with_its_whole_forward():
+    """``--kv-only``: each EAGLE draft pinned to k = 0 twice, the second with ``VLLM_SPEC_PLUGINS_KV_ONLY=0`` (its
+    whole forward in the passes whose outputs are discarded); the same config otherwise."""
+    rows = kv_only_rows(D)
+    assert list(rows) == ["no speculation", "our EAGLE-1, k=0", f"our EAGLE-1, k=0, {WHOLE}", "our EAGLE-3, k=0",
+                          f"our EAGLE-3, k=0, {WHOLE}"]
+    for name in ("our EAGLE-1, k=0", "our EAGLE-3, k=0"):
+        (spec, env), (spec0, env0) = rows[name], rows[f"{name}, {WHOLE}"]
+        assert spec == spec0 and env == {"VLLM_SPEC_PLUGINS_POLICY": "0"}
+        assert env0 == {"VLLM_SPEC_PLUGINS_POLICY": "0", "VLLM_SPEC_PLUGINS_KV_ONLY": "0"}

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_spec_plugins.runtime.catchup import DEFAULT_ROWS, ENV_CATCHUP, KeptRows, catchup_rows
+from vllm_spec_plugins.runtime.catchup import (
+    DEFAULT_ROWS,
+    ENV_CATCHUP,
+    ENV_KV_ONLY,
+    KeptRows,
+    catchup_rows,
+    kv_only_enabled,
+)
 
 
 def _kept(max_reqs=3, rows=2, width=4) -> KeptRows:
@@ -53,6 +60,14 @@ def test_rows_per_request_from_the_environment():
     for bad in ("-1", "4097", "many", "1.5"):
         with pytest.raises(ValueError, match=rf"{ENV_CATCHUP}={bad!r} is not a whole number from 0 to 4096"):
             catchup_rows({ENV_CATCHUP: bad})
+
+
+def test_kv_only_from_the_environment():
+    """On unless set to a false value; anything else is refused, naming the variable."""
+    assert kv_only_enabled({}) and kv_only_enabled({ENV_KV_ONLY: ""}) and kv_only_enabled({ENV_KV_ONLY: "1"})
+    assert not kv_only_enabled({ENV_KV_ONLY: "0"}) and not kv_only_enabled({ENV_KV_ONLY: " off "})
+    with pytest.raises(ValueError, match=rf"{ENV_KV_ONLY}='maybe' is not a true/false value; use 1 or 0"):
+        kv_only_enabled({ENV_KV_ONLY: "maybe"})
 
 
 def _keep_verified(k: KeptRows, req_ids: list[str], counts: list[int], first_positions: list[int], step: int) -> None:

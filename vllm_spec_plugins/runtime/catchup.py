@@ -34,10 +34,25 @@ from dataclasses import dataclass
 
 import torch
 
+from .._env import env_flag
 from .state import IndexStaging
 
 ENV_CATCHUP = "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP"
 DEFAULT_ROWS = 16
+ENV_KV_ONLY = "VLLM_SPEC_PLUGINS_KV_ONLY"
+
+
+def kv_only_enabled(env: dict[str, str] | None = None) -> bool:
+    """``VLLM_SPEC_PLUGINS_KV_ONLY``: whether a forward taking ``kv_only`` (API 4) is told so in the passes whose
+    outputs are discarded (unset or empty: yes; ``0``: never, the whole forward runs there).
+
+    Raises:
+        ValueError: not a true/false value, naming the variable.
+    """
+    raw = (os.environ if env is None else env).get(ENV_KV_ONLY)
+    if raw is None or not raw.strip():
+        return True
+    return env_flag(ENV_KV_ONLY, {ENV_KV_ONLY: raw})
 
 
 def catchup_rows(env: dict[str, str] | None = None) -> int:

@@ -29,7 +29,7 @@ from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
 from . import trace
-from .catchup import ENV_CATCHUP, KeptRows, catchup_rows
+from .catchup import ENV_CATCHUP, ENV_KV_ONLY, KeptRows, catchup_rows, kv_only_enabled
 from .guard import DraftGuard
 from .inputs import (
     Binding,
@@ -794,6 +794,10 @@ class AttentionRuntime(DrafterRuntime):
         self.pass_index = 0
         #: API 4: the forward takes ``kv_only``, told ``True`` in eager first passes whose outputs are discarded
         self.takes_kv_only = any(b.param == KV_ONLY and b.source is None for b in self.forward_bindings)
+        if self.takes_kv_only and not kv_only_enabled():
+            self.takes_kv_only = False
+            logger.info("vllm_spec_plugins: plugin %r: %s=0: its forward, which takes kv_only, is never told it; the "
+                        "whole forward runs in passes whose outputs are discarded", drafter.plugin, ENV_KV_ONLY)
 
     #: set around the passes whose outputs vLLM's loop discards (:meth:`_discarding`)
     discarding = False

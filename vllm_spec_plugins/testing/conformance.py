@@ -37,7 +37,15 @@ requests are preempted, with the trace on. The tests:
 * ``test_state_equals_replay``: with :meth:`replay_state`, the state each step leaves equals
   your replay of the request's tokens so far (``on_preempt="keep"`` states);
 * ``test_tensor_parallel_2``: with ``tensor_parallel = True``, the drafts at TP=2 keep
-  the greedy output unchanged.
+  the greedy output unchanged;
+* ``test_kv_only_writes_the_draft_kv_of_the_whole_forward``: attention drafters whose forward takes
+  ``kv_only`` (API 4). Two more engines under a static schedule that drafts nothing while two or more
+  requests run (so first passes are skipped, caught up, or run for the draft KV alone), one telling the
+  forward ``kv_only=True`` in those passes, one running the whole forward there
+  (``VLLM_SPEC_PLUGINS_KV_ONLY=0``): every draft must be the same. A ``kv_only`` branch that writes a
+  different draft KV changes the drafts after it (the output stays right, so only this test sees it); a
+  draft whose drafts do not depend on its context cannot show it. Skipped for heads drafters and forwards
+  without ``kv_only``.
 
 The tests carry the ``e2e`` mark (engines start in 20-40 s on a CPU).
 """
@@ -164,18 +172,26 @@ class ConformanceSuite:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def vsp_run(cls, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-        from ..runtime.trace import load_trace
-        from .engine import run_engine
-
+    def vsp_inputs(cls, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+        """The suite's target, draft and speculative config (once per class)."""
         self = cls()
         base = tmp_path_factory.mktemp("vsp-conformance")
         target = Path(self.make_target(base / "target"))
         draft = Path(self.make_draft(base / "draft", target))
-        trace = base / "trace"
         spec = {"model": str(draft), "num_speculative_tokens": self.num_speculative_tokens}
         if self.method:
             spec["method"] = self.method
+        return {"target": target, "draft": draft, "spec": spec, "base": base}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def vsp_run(cls, vsp_inputs: dict[str, Any]) -> dict[str, Any]:
+        from ..runtime.trace import load_trace
+        from .engine import run_engine
+
+        self = cls()
+        target, draft, spec = vsp_inputs["target"], vsp_inputs["draft"], vsp_inputs["spec"]
+        trace = vsp_inputs["base"] / "trace"
         baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout, self.runner)
         result = run_engine(target, speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
                             schedule=SCHEDULE, env={**self._env(), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
@@ -274,5 +290,77 @@ class ConformanceSuite:
         assert r.outputs == base.outputs
         assert r.metrics.get("accepted", 0) > 0
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def vsp_kv_only(cls, vsp_inputs: dict[str, Any], vsp_run: dict[str, Any],
+                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+        """The two engines of :meth:`test_kv_only_writes_the_draft_kv_of_the_whole_forward`, for an attention
+        drafter (the suite's run says which kind; none for heads drafters), the second only where the first told
+        the forward ``kv_only``: ``{"told": (result, records), "whole": ...}``."""
+        from ..runtime.trace import load_trace
+        from .engine import run_engine
 
-__all__ = ["ABORTED", "MAX_TOKENS", "PROMPTS", "SCHEDULE", "ConformanceSuite", "replay_tokens"]
+        self = cls()
+        if not vsp_run["records"] or vsp_run["records"][0]["kind"] != "attention":
+            return {}
+        spec = {**vsp_inputs["spec"],
+                "num_speculative_tokens_per_batch_size": kv_only_schedule(self.num_speculative_tokens)}
+        out: dict[str, Any] = {}
+        for name, flag in (("told", "1"), ("whole", "0")):
+            trace = tmp_path_factory.mktemp(f"vsp-kv-only-{name}")
+            r = run_engine(vsp_inputs["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                           schedule=SCHEDULE, env={**self._env(), "VLLM_SPEC_PLUGINS_KV_ONLY": flag,
+                                                   "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
+                           llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner)
+            out[name] = (r, load_trace(trace))
+            if not sum(rec["kv_only"] or 0 for rec in out[name][1]):
+                break  # a forward without kv_only: nothing to compare
+        return out
+
+    def test_kv_only_writes_the_draft_kv_of_the_whole_forward(self, vsp_kv_only: dict[str, Any]) -> None:
+        if not vsp_kv_only:
+            pytest.skip("a heads drafter: kv_only is for attention drafters (API 4)")
+        (r, records) = vsp_kv_only["told"]
+        told = sum(rec["kv_only"] or 0 for rec in records)
+        if "whole" not in vsp_kv_only:
+            pytest.skip("the forward does not take kv_only (API 4): no pass was told")
+        (r0, records0) = vsp_kv_only["whole"]
+        assert not sum(rec["kv_only"] or 0 for rec in records0), "VLLM_SPEC_PLUGINS_KV_ONLY=0 still told kv_only"
+        assert r.finished == r0.finished, "the output differs between the two engines"
+        mine, whole = drafts_by_position(records), drafts_by_position(records0)
+        assert mine, "no step drafted under the schedule"
+        differ = sorted(key for key in mine.keys() | whole.keys() if mine.get(key) != whole.get(key))
+        if differ:
+            rid, n = differ[0]
+            raise AssertionError(
+                f"{len(differ)} of {len(mine)} drafting steps differ between the engine whose forward was told "
+                f"kv_only=True (in {told} passes whose outputs are discarded) and one running the whole forward "
+                f"there (VLLM_SPEC_PLUGINS_KV_ONLY=0); first: request {rid} after {n} tokens drafted "
+                f"{mine.get((rid, n))} against {whole.get((rid, n))}. Told kv_only, the forward must write the "
+                f"same draft KV cache as the whole forward, for every layer (docs/hooks.md, \"Passes whose "
+                f"outputs are discarded\")")
+
+
+def kv_only_schedule(k: int) -> list[list[int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` for the ``kv_only`` test: ``k`` drafts while one request
+    runs, none while two or more do (the suite's 3-block KV cache holds one or two at a time)."""
+    return [[1, 1, k], [2, 16, 0]]
+
+
+def drafts_by_position(records: list[dict[str, Any]]) -> dict[tuple[str, int], list[int]]:
+    """Each drafting step's drafts, keyed by request (base id) and how many tokens it had sampled then: the same
+    key in two engines whatever their steps' make-up."""
+    from ..runtime.trace import base_request_id
+
+    out: dict[tuple[str, int], list[int]] = {}
+    sampled: dict[str, int] = {}
+    for rec in records:
+        for i, rid in enumerate(map(base_request_id, rec["req_ids"])):
+            sampled[rid] = sampled.get(rid, 0) + int(rec["valid_count"][i])
+            if rec["drafts"].shape[1]:
+                out[(rid, sampled[rid])] = rec["drafts"][i].tolist()
+    return out
+
+
+__all__ = ["ABORTED", "MAX_TOKENS", "PROMPTS", "SCHEDULE", "ConformanceSuite", "drafts_by_position", "kv_only_schedule",
+           "replay_tokens"]
