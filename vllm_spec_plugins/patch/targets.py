@@ -543,4 +543,20 @@ TARGETS: tuple[Target, ...] = (
         kind="attribute",
         why="runtime/mrv2.py: PluginEagleSpeculator's trial forward at load reads one row of it",
     ),
+    Target(
+        "vllm.forward_context",
+        "is_forward_context_available",
+        why="runtime/core.py: eager_pass (kv_only, API 4) reads the forward context only where one is set",
+    ),
+    Target(
+        "vllm.forward_context",
+        "get_forward_context",
+        why="runtime/core.py: eager_pass (kv_only, API 4)",
+    ),
+    Target(
+        "vllm.forward_context",
+        "ForwardContext.cudagraph_runtime_mode",
+        kind="attribute",
+        why="runtime/core.py: eager_pass: a forward is told kv_only only in passes run without a CUDA graph",
+    ),
 )
