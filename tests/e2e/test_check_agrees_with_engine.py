@@ -222,6 +222,10 @@ NOT_A_CHECK_CASE = {
           "drafter starts, unit-tested (u:test_lookup)",
     "76": "an engine setting beside a target or config the draft does not choose: refused when the drafter "
           "starts, unit-tested (u:test_lookup)",
+    "77": "binding rules, unit-tested (u:test_bind); the refusal reaches `check` through the same bind()",
+    "78": "an attention drafter's trial runs inside vLLM's EAGLE loop: `check --target` reports it SKIP and says to "
+          "start an engine, which refuses it (e:test_faults)",
+    "79": "an engine setting (VLLM_SPEC_PLUGINS_KV_ONLY), not a property of the draft (u:test_catchup)",
 }
 
 
