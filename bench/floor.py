@@ -114,13 +114,13 @@ WHOLE = "whole forward in discarded passes"
 
 
 def kv_only_rows(drafts: Path) -> dict[str, tuple[dict | None, dict[str, str]]]:
-    pin = {"VLLM_SPEC_PLUGINS_POLICY": "0"}
-    eagle = {"model": str(drafts / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
-    eagle3 = {"model": str(drafts / "smollm2-eagle3"), "num_speculative_tokens": 3}
-    whole = {**pin, "VLLM_SPEC_PLUGINS_KV_ONLY": "0"}
-    return {"no speculation": (None, {}), "our EAGLE-1, k=0": (eagle, pin),
-            f"our EAGLE-1, k=0, {WHOLE}": (eagle, whole), "our EAGLE-3, k=0": (eagle3, pin),
-            f"our EAGLE-3, k=0, {WHOLE}": (eagle3, whole)}
+    floor = floor_rows(drafts)
+    rows = {"no speculation": floor["no speculation"]}
+    for name in ("our EAGLE-1, k=0", "our EAGLE-3, k=0"):
+        spec, env = floor[name]
+        rows[name] = (spec, env)
+        rows[f"{name}, {WHOLE}"] = (spec, {**env, "VLLM_SPEC_PLUGINS_KV_ONLY": "0"})
+    return rows
 
 
 def floor_rows(drafts: Path, k: int = 0) -> dict[str, tuple[dict | None, dict[str, str]]]:

@@ -50,9 +50,7 @@ def kv_only_enabled(env: dict[str, str] | None = None) -> bool:
         ValueError: not a true/false value, naming the variable.
     """
     raw = (os.environ if env is None else env).get(ENV_KV_ONLY)
-    if raw is None or not raw.strip():
-        return True
-    return env_flag(ENV_KV_ONLY, {ENV_KV_ONLY: raw})
+    return raw is None or not raw.strip() or env_flag(ENV_KV_ONLY, env)
 
 
 def catchup_rows(env: dict[str, str] | None = None) -> int:
