@@ -353,6 +353,8 @@ class AdaptivePolicy:
         self.source_verified = {SOURCE_MODEL: 0, SOURCE_LOOKUP: 0}
         self.source_accepted = {SOURCE_MODEL: 0, SOURCE_LOOKUP: 0}
         self.lookup_raised_steps = 0
+        #: steps after which the engine core did not take drafts from the runner: there were none (k = 0; patch 25)
+        self.draft_takes_skipped = 0
         self.verified_tokens = 0
         self.accepted_tokens = 0
         self.decide_seconds = 0.0
@@ -896,6 +898,7 @@ class AdaptivePolicy:
             "switches_off": self.switches_off,
             "switches_on": self.switches_on,
             "request_cuts": self.request_cuts,
+            "draft_takes_skipped": self.draft_takes_skipped,
             "verified_draft_tokens": self.verified_tokens,
             "accepted_draft_tokens": self.accepted_tokens,
             "acceptance_per_position": [round(a, 4) for a in self.alphas()],

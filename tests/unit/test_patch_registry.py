@@ -12,7 +12,7 @@ from vllm_spec_plugins.patch.targets import TARGETS
 #: The modules the shim's patches wait for (``when_imported``); importing them installs every patch.
 PATCHED_MODULES = ("vllm.engine.arg_utils", "vllm.config.vllm", "vllm.config.speculative",
                    "vllm.v1.worker.gpu_model_runner", "vllm.v1.core.sched.scheduler", "vllm.v1.worker.gpu.model_runner",
-                   "vllm.v1.worker.gpu.mm.encoder_runner")
+                   "vllm.v1.worker.gpu.mm.encoder_runner", "vllm.v1.engine.core")
 
 
 def _entries() -> list[str]:
@@ -32,7 +32,7 @@ def _applied() -> set[tuple[str, str]]:
 
 def test_every_installed_patch_is_in_the_manifest_and_the_registry():
     applied = _applied()
-    assert len(applied) == len(_entries()) == 24, sorted(applied)
+    assert len(applied) == len(_entries()) == 25, sorted(applied)
     manifest = {(t.module, t.qualname) for t in TARGETS}
     assert not applied - manifest, f"patched but not in patch/targets.py: {sorted(applied - manifest)}"
     heads = [e.splitlines()[0] for e in _entries()]

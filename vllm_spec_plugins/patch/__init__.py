@@ -220,6 +220,19 @@ signature below against the installed vLLM and the vLLM 0.33.0 wheel; the manife
     Upstream: none filed. Supported vLLM: 0.32, 0.33.
     Verified by: tests/e2e/test_plain_sampler.py, tests/unit/test_patch_sample.py (seeded sampling: read from code,
     and one manual run with SmolLM2, Medusa pinned to ``k = 0``: the same tokens as without speculation).
+25. ``vllm.v1.engine.core.EngineCore.post_step`` — :mod:`.scheduler`
+    Why: after every step of a speculative engine with synchronous scheduling, the engine core asks the model
+    runner for its drafts (``take_draft_token_ids``), a round trip to the worker process: 0.44-0.47 ms per step
+    with SmolLM2 at batch 8 on the CPU build (a plain step 76 ms), paid also after the adaptive policy's ``k = 0``
+    steps, whose drafts are an empty list per request on the V1 runner. How: where the engine's plugin drafter's
+    policy chose ``k = 0`` for the step just run (lookup's drafts included), on the V1 runner (read once from
+    ``VllmConfig.use_v2_model_runner``), with synchronous scheduling and no batch queue, skip the original: the
+    scheduler emptied each scheduled request's ``spec_token_ids`` when it scheduled the step, so the empty
+    drafts would change nothing. MRV2 hands ``-1`` placeholders of the drafts' width instead, and keeps vLLM's
+    call. The policy counts the skips (``draft_takes_skipped``). Remove when: vLLM skips the call without
+    drafts. Upstream: none filed. Supported vLLM: 0.32, 0.33.
+    Verified by: tests/e2e/test_plain_decode_without_drafts.py (output, acceptance and drafts unchanged; the
+    control engine's drafts at ``k = 0`` were empty), tests/unit/test_patch_post_step.py.
 
 Not a patch, but vLLM internals the runtime relies on (V1 runner only; MRV2's loop calls the plugin
 model's ``combine_hidden_states`` itself): for attention drafters that

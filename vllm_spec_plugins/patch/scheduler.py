@@ -26,7 +26,10 @@ from ._util import when_imported, wrap_method
 logger = logging.getLogger("vllm.spec_plugins")
 
 MODULE = "vllm.v1.core.sched.scheduler"
+CORE_MODULE = "vllm.v1.engine.core"
 ATTR = "_vsp_policy"
+#: on an ``EngineCore``: whether its model runner is V1 (read once, from ``VllmConfig.use_v2_model_runner``)
+V1_ATTR = "_vsp_v1_runner"
 
 
 class PolicyLookup:
@@ -185,6 +188,40 @@ def _shutdown_wrap(original: Callable[..., None]) -> Callable[..., None]:
     return shutdown
 
 
+def drafted_nothing(core: Any) -> bool:
+    """Whether the step the engine core just ran drafted no token for the scheduler: its plugin drafter's policy
+    chose ``k = 0`` for it (lookup's drafts included), on the V1 runner, without a batch queue.
+
+    The V1 runner then hands the scheduler an empty list per request (``[B, 0]`` drafts), and the scheduler already
+    emptied every scheduled request's ``spec_token_ids`` when it scheduled the step: taking them changes nothing."""
+    policy = policy_of(getattr(core, "scheduler", None))
+    if policy is None or policy.k != 0 or getattr(core, "batch_queue", None) is not None:
+        return False
+    v1 = getattr(core, V1_ATTR, None)
+    if v1 is None:
+        try:
+            v1 = not core.vllm_config.use_v2_model_runner
+        except Exception:  # noqa: BLE001 - unknown: take the drafts, as vLLM does
+            v1 = False
+        setattr(core, V1_ATTR, v1)
+    return v1
+
+
+def _post_step_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    def post_step(self: Any, model_executed: bool) -> Any:
+        if model_executed and not getattr(self, "async_scheduling", True) and drafted_nothing(self):
+            policy = policy_of(self.scheduler)
+            policy.draft_takes_skipped += 1  # type: ignore[union-attr]  # drafted_nothing: not None
+            return None
+        return original(self, model_executed)
+
+    return post_step
+
+
+def patch_core(mod: Any) -> None:
+    wrap_method(mod.EngineCore, "post_step", _post_step_wrap)
+
+
 def patch_module(mod: Any) -> None:
     cls = mod.Scheduler
     wrap_method(cls, "__init__", _init_wrap)
@@ -196,5 +233,6 @@ def patch_module(mod: Any) -> None:
 
 
 def apply_when_imported() -> None:
-    """Patch vLLM's V1 ``Scheduler`` when the engine core imports it."""
+    """Patch vLLM's V1 ``Scheduler`` and ``EngineCore`` when the engine core imports them."""
     when_imported(MODULE, patch_module)
+    when_imported(CORE_MODULE, patch_core)

@@ -43,6 +43,7 @@ _BASE = "vllm.v1.spec_decode.llm_base_proposer"
 _DRAFT = "vllm.v1.spec_decode.draft_model"
 _REGISTRY = "vllm.model_executor.models.registry"
 _SCHED = "vllm.v1.core.sched.scheduler"
+_CORE = "vllm.v1.engine.core"
 _MR2 = "vllm.v1.worker.gpu.model_runner"
 _MR2_SPEC = "vllm.v1.worker.gpu.spec_decode.speculator"
 
@@ -342,6 +343,36 @@ TARGETS: tuple[Target, ...] = (
         "Scheduler.update_draft_token_ids",
         params=("self", "draft_token_ids"),
         why="patch 21 (scheduler.py): the per-request draft sources to the policy (prompt lookup; patches 20, 22)",
+    ),
+    Target(
+        _CORE,
+        "EngineCore.post_step",
+        params=("self", "model_executed"),
+        why="patch 25 (scheduler.py): no draft take from the runner after a step that drafted nothing (k = 0)",
+    ),
+    Target(
+        _CORE,
+        "EngineCore.batch_queue",
+        kind="attribute",
+        why="patch 25: only without a batch queue (the policy's k is then the step's just run)",
+    ),
+    Target(
+        _CORE,
+        "EngineCore.async_scheduling",
+        kind="attribute",
+        why="patch 25: only with synchronous scheduling (vLLM's post_step takes drafts only then)",
+    ),
+    Target(
+        _CORE,
+        "EngineCore.vllm_config",
+        kind="attribute",
+        why="patch 25: which model runner the engine runs",
+    ),
+    Target(
+        "vllm.config.vllm",
+        "VllmConfig.use_v2_model_runner",
+        params=("self",),
+        why="patch 25: V1 only (the V1 runner's drafts at k = 0 are an empty list per request)",
     ),
     Target(
         _SCHED,
