@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, p in enumerate(prompts):  # one request at a time, engines interleaved
             print(f"question {i + 1}/{len(prompts)} ...", flush=True)
             for name, e in engines.items():
-                res[name].append(e.run([p], 1, args.max_tokens))
+                # the prefix cache emptied first: the warm-up's question is not served from it
+                res[name].append(e.run([p], 1, args.max_tokens, fresh_prefix_cache=True))
     finally:
         for e in engines.values():
             e.close()

@@ -8,6 +8,8 @@ phases, so machine drift hits every row alike. Commands:
   of ``c`` (each waits for its longest request), or with ``"stream": true`` as a closed loop: ``c`` requests in
   flight, the next prompt starting as soon as one finishes (what a server sees from ``c`` busy clients, vLLM's
   ``--max-concurrency``).
+  ``"fresh_prefix_cache": true`` empties vLLM's prefix cache first (untimed), so that no prompt of the run is found
+  cached from an earlier one.
 * ``{"cmd": "quit"}``.
 
 The first line written is ``{"ready": true, "start_seconds": ...}`` once the engine is up.
@@ -78,6 +80,8 @@ def main() -> None:
         params = SamplingParams(temperature=0.0, max_tokens=cmd["max_tokens"], ignore_eos=cmd.get("ignore_eos", False))
         prompts = [{"prompt_token_ids": p} for p in cmd["prompts"]]
         c = cmd["concurrency"]
+        if cmd.get("fresh_prefix_cache") and not llm.reset_prefix_cache():
+            raise RuntimeError("bench.engine_worker: vLLM did not empty the prefix cache (requests still running?)")
         before = spec_metrics(llm)
         outputs: list[list[int]] = []
         t = time.perf_counter()

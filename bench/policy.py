@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import stream_note
-from bench.run import DRAFTS, OUT, held_out_prompt_ids, run_group, summarize, vllm_minor
+from bench.report import prefix_cache_note, stream_note
+from bench.run import DRAFTS, OUT, add_prefix_cache_option, held_out_prompt_ids, run_group, summarize, vllm_minor
 
 
 def cpu_runtime_env() -> dict[str, str]:
@@ -87,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts-cn", type=int, default=1)
     ap.add_argument("--stream", action="store_true", help="as bench.run --stream: at concurrency c > 1, c requests "
                     "in flight over --prompts-cn x c prompts per phase, instead of batches of c")
+    add_prefix_cache_option(ap)
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
                      "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "cpu_runtime": runtime,
                      "dtype": "float32", "enforce_eager": True, "stream": args.stream,
-                     "prompts_cn": args.prompts_cn},
+                     "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache},
         "rows": results,
         "policy_stats": stats,
         "targets": targets(results),
@@ -203,6 +204,7 @@ def markdown(report: dict) -> str:
         f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
         f"EAGLE K={s['k_eagle']}; "
         + (f"{stream_note(s)}. " if s.get("stream") else "")
+        + prefix_cache_note(s)
         + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
         f"({report['wall_seconds'] / 60:.1f} min).",
         "",

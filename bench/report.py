@@ -13,6 +13,13 @@ def stream_note(settings: dict) -> str:
             "prompts per phase)")
 
 
+def prefix_cache_note(settings: dict) -> str:
+    """What ``--prefix-cache`` did, for a report's header (bench.run's and bench.policy's; reports from before the
+    option say nothing)."""
+    return {"fresh": "Prefix cache emptied before every timed phase. ",
+            "warm": "Prefix cache kept across phases (their prompts repeat). "}.get(settings.get("prefix_cache"), "")
+
+
 def _pct(xs: list[float]) -> str:
     return " / ".join(f"{x:.0%}" for x in xs) if xs else "–"
 
@@ -45,6 +52,7 @@ def markdown(report: dict) -> str:
            "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
             s.get("prompt_set", "heldout"), "")
         + (f"{stream_note(s)}. " if s.get("stream") else "")
+        + prefix_cache_note(s)
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",

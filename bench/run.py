@@ -13,8 +13,10 @@ Every engine gets vLLM's CPU runtime (Intel OpenMP and tcmalloc in ``LD_PRELOAD`
 ``--cpu-runtime off``; ``--cpu-runtime both`` measures every row with and without it instead, the two engines
 of a row alive together and interleaved. At concurrency c > 1 each timed phase is ``--prompts-cn`` batches of c
 requests, each batch waiting for its longest request; ``--stream`` keeps c requests in flight instead (the next
-prompt starts as one finishes), as a server with c busy clients sees. Writes ``bench/out/results.json`` and
-``bench/out/results.md``.
+prompt starts as one finishes), as a server with c busy clients sees. Every timed phase starts with vLLM's prefix
+cache emptied (``--prefix-cache warm`` keeps it): a phase repeats the prompts of the warm-up and of the repetitions
+before it, which a server rarely sees, and vLLM finds them cached for every row but recomputes one block of each for
+EAGLE drafts. Writes ``bench/out/results.json`` and ``bench/out/results.md``.
 
     python -m bench.run            # full
     python -m bench.run --quick    # under 5 minutes: no speculation, our Medusa, our EAGLE started together,
@@ -70,9 +72,11 @@ class Engine:
         self.ready = json.loads(line)
         self.start_seconds = time.perf_counter() - self._t0
 
-    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int, stream: bool = False) -> dict:
+    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int, stream: bool = False,
+            fresh_prefix_cache: bool = False) -> dict:
         self.proc.stdin.write(json.dumps({"cmd": "run", "prompts": prompts, "concurrency": concurrency,
-                                          "max_tokens": max_tokens, "stream": stream}) + "\n")
+                                          "max_tokens": max_tokens, "stream": stream,
+                                          "fresh_prefix_cache": fresh_prefix_cache}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -87,6 +91,14 @@ class Engine:
         except Exception:  # noqa: BLE001
             self.proc.kill()
         self.log.close()
+
+
+def add_prefix_cache_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--prefix-cache", choices=["fresh", "warm"], default="fresh",
+                    help="fresh (default): vLLM's prefix cache is emptied before every timed phase, so its prompts are "
+                         "new to the engine, as a server's are; warm: kept (before 2026-12-05: every phase repeats "
+                         "prompts the engine saw in the warm-up and earlier repetitions, which it finds cached, except "
+                         "that vLLM's EAGLE recomputes one block of each)")
 
 
 def vllm_minor() -> str:
@@ -293,7 +305,8 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
             for c in args.concurrency:
                 batch = prompts[: args.prompts_c1] if c == 1 else prompts[: args.prompts_cn * c]
                 for name in order:
-                    r = engines[name].run(batch, c, args.max_tokens, stream=args.stream and c > 1)
+                    r = engines[name].run(batch, c, args.max_tokens, stream=args.stream and c > 1,
+                                          fresh_prefix_cache=args.prefix_cache == "fresh")
                     phases[(name, c)].append(r)
                     print(f"  rep {rep + 1}/{args.repeats} c={c} {name}: {r['tokens'] / r['seconds']:.1f} tok/s",
                           flush=True)
@@ -343,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="vLLM's model runner; v2: Model Runner V2 through the test kit's Triton stand-in, its kernels "
                          "interpreted (compare rows within one run only; no speed claim against v1). vLLM's "
                          "built-in Medusa has no MRV2 backend: its row is dropped")
+    add_prefix_cache_option(ap)
+    ap.add_argument("--step-time", type=Path, default=None, metavar="DIR",
+                    help="time the parts of every engine's steps into DIR (bench/steptime.py); python -m bench.steptime "
+                         "DIR summarises them")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     if args.quick:
@@ -369,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = {n: {**r, "env": {**r["env"], **mrv2_env()}} for n, r in rows.items()
                 if not (r.get("builtin") and "Medusa" in n)}
+    if args.step_time:
+        from bench.steptime import env_for
+
+        args.step_time.mkdir(parents=True, exist_ok=True)
+        rows = {n: {**r, "env": {**r["env"], **env_for(args.step_time.resolve())}} for n, r in rows.items()}
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
     prompts, _ = held_out_prompt_ids(target, n_prompts, args.prompt_set)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -426,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                      "dtype": "float32", "enforce_eager": True,
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
                      "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens,
-                     "runner": args.runner, "stream": args.stream},
+                     "runner": args.runner, "stream": args.stream, "prefix_cache": args.prefix_cache},
         "rows": results,
         "paired": paired,
         "runtime": runtime,

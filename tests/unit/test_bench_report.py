@@ -48,6 +48,11 @@ def test_markdown_tables():
     assert "in flight" not in md
     report["settings"] |= {"stream": True, "prompts_cn": 3}
     assert "At concurrency c > 1, c requests in flight (a closed loop over 3 x c prompts per phase)" in markdown(report)
+    assert "Prefix cache" not in markdown(report)  # a report from before --prefix-cache
+    assert "Prefix cache emptied before every timed phase." in markdown(report | {"settings": report["settings"]
+                                                                                   | {"prefix_cache": "fresh"}})
+    assert "Prefix cache kept across phases" in markdown(report | {"settings": report["settings"]
+                                                                   | {"prefix_cache": "warm"}})
     o = overhead_markdown({"command": "c", "vllm": "0.32.0", "steps": 5, "concurrency": 1,
                            "rows": [{"row": "our EAGLE", "propose_ms": 3.0, "model_ms": 2.0, "other_ms": 1.0}],
                            "pairs": [{"pair": "p", "propose_ratio": 1.0, "other_ratio": 1.1}],
