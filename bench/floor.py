@@ -9,7 +9,9 @@ it where the median does not: both are reported. This profiles one in-process en
 uni-process executor, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; on the CPU the clock needs no device sync), on pure
 decode steps only:
 
-* ``step``: the engine core's whole step (scheduler, policy hooks, model runner, output processing);
+* ``step``: the engine core's whole step (scheduler, policy hooks, model runner, output processing), and its
+  ``post_step`` (where vLLM takes the step's drafts from the runner: a direct call here, a round trip to the worker
+  process in a multi-process engine such as a server's; skipped after a step at ``k = 0``, patch 25);
 * ``execute``: ``GPUModelRunner.execute_model`` (input preparation, the target's forward, logits);
 * ``target fwd``: the target model's own forward inside it;
 * ``sample+draft``: ``GPUModelRunner.sample_tokens`` (sampling, bookkeeping and the drafting call);
@@ -91,17 +93,29 @@ def _measure(cfg: dict) -> dict:
     core = llm.llm_engine.engine_core.engine_core  # the in-process EngineCore; its step_fn is bound at init
     original_step = core.step_fn
 
+    original_post_step = core.post_step
+    kept = {"last": False}
+
     def step(*a, **k):
         cur.clear()
         decode["now"] = False
         t = time.perf_counter()
         out = original_step(*a, **k)
         cur["step"] = time.perf_counter() - t
-        if decode["now"] and "execute" in cur:
+        kept["last"] = decode["now"] and "execute" in cur
+        if kept["last"]:
             samples.append(dict(cur))
         return out
 
+    def post_step(*a, **k):  # where vLLM takes the step's drafts (skipped at k = 0: patch 25): part of the step
+        t = time.perf_counter()
+        out = original_post_step(*a, **k)
+        if kept["last"]:
+            samples[-1]["step"] += time.perf_counter() - t
+        return out
+
     core.step_fn = step
+    core.post_step = post_step
     drive(llm, cfg, samples.clear)
     return {"steps": len(samples), **{p: statistics.median(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS},
             **{f"{p}_mean": statistics.fmean(s.get(p, 0.0) for s in samples) * 1e3 for p in PARTS}}
