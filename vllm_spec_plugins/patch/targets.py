@@ -371,8 +371,8 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "vllm.config.vllm",
         "VllmConfig.use_v2_model_runner",
-        params=("self",),
-        why="patch 25: V1 only (the V1 runner's drafts at k = 0 are an empty list per request)",
+        kind="attribute",
+        why="patch 25: V1 only (the V1 runner's drafts at k = 0 are an empty list per request); a property",
     ),
     Target(
         _SCHED,
