@@ -5,7 +5,7 @@ phases interleaved round robin with the no-speculation row of the same group):
 
 * no speculation;
 * vLLM's own n-gram drafter (prompt lookup, what a CPU user would try first);
-* our EAGLE and our Medusa at fixed K (``VLLM_SPEC_PLUGINS_POLICY=off``: every step drafts K);
+* our EAGLE, our EAGLE-3 and our Medusa at fixed K (``VLLM_SPEC_PLUGINS_POLICY=off``: every step drafts K);
 * the same with vLLM's static ``num_speculative_tokens_per_batch_size`` schedule, tuned by hand
   the way an operator would from the fixed-K rows of ``make bench``: speculation paid at
   concurrency 1 and lost at 8, so K for batches of 1-2 requests and 0 from 3 up;
@@ -13,7 +13,8 @@ phases interleaved round robin with the no-speculation row of the same group):
 * the same pinned to ``k = 0`` (``VLLM_SPEC_PLUGINS_POLICY=0``): the drafter loaded but never
   drafting, the floor under every step the policy spends at ``k = 0``.
 
-Every row runs at concurrency 1, 4, 8 and 16. The CPU runtime is set up as vLLM prescribes
+Every row runs at concurrency 1, 4, 8 and 16, on the generator's held-out prompts or (``--prompt-set``) MT-Bench's
+questions or held-out ShareGPT first turns, as ``bench.run``. The CPU runtime is set up as vLLM prescribes
 (Intel OpenMP, and tcmalloc when installed, in ``LD_PRELOAD``: ``vllm_spec_plugins.cpu_env``).
 Per adaptive row the policy's own statistics (what ``k`` it chose, at which batch sizes, its
 cost per decision) are read from ``VLLM_SPEC_PLUGINS_POLICY_STATS``.
@@ -22,6 +23,8 @@ Writes ``bench/out/policy.json`` and ``bench/out/policy.md``.
 
     python -m bench.policy            # full (about 30 minutes)
     python -m bench.policy --quick    # one repetition, fewer tokens
+    python -m bench.policy --only EAGLE-3 --prompt-set chat --stream --prompts-cn 3 --max-tokens 96
+                                      # the EAGLE-3 draft's goals on MT-Bench, a closed loop at 4, 8 and 16
 """
 
 from __future__ import annotations
@@ -33,7 +36,19 @@ import time
 from pathlib import Path
 
 from bench.report import prefix_cache_note, stream_note
-from bench.run import DRAFTS, OUT, add_prefix_cache_option, held_out_prompt_ids, run_group, summarize, vllm_minor
+from bench.run import (
+    DRAFTS,
+    OUT,
+    add_prefix_cache_option,
+    add_prompt_set_option,
+    held_out_prompt_ids,
+    run_group,
+    summarize,
+    vllm_minor,
+)
+
+#: The drafters whose adaptive policy is held against the goals, as their rows name them.
+KINDS = ("EAGLE", "EAGLE-3", "Medusa")
 
 
 def cpu_runtime_env() -> dict[str, str]:
@@ -44,7 +59,17 @@ def cpu_runtime_env() -> dict[str, str]:
     return preload_env()
 
 
-def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
+def kind_of(name: str) -> str | None:
+    """The drafter a row serves (``"our EAGLE-3, fixed K=3"`` -> ``"EAGLE-3"``); None for the others."""
+    head = name.split(",")[0]
+    return head.removeprefix("our ") if head.startswith("our ") else None
+
+
+def stats_name(kind: str) -> str:
+    return kind.lower()
+
+
+def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path, k_eagle3: int = 3) -> dict[str, dict]:
     med, eag = DRAFTS / "smollm2-medusa", DRAFTS / "smollm2-eagle"
     fixed = {"VLLM_SPEC_PLUGINS_POLICY": "off"}
     rows: dict[str, dict] = {
@@ -58,7 +83,7 @@ def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
         rows[f"our {kind}, vLLM static schedule"] = {
             "spec": {**spec, "num_speculative_tokens_per_batch_size": [[1, 2, k], [3, 256, 0]]}, "env": {}}
         rows[f"our {kind}, adaptive policy"] = {
-            "spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{kind.lower()}.json")}}
+            "spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{stats_name(kind)}.json")}}
         # The floor under the policy: the drafter loaded, drafting never (what every k=0 step costs).
         rows[f"our {kind}, pinned k=0"] = {"spec": spec, "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
     # The same EAGLE floor with the draft's first pass run in every step (as before the catch-up; vLLM's own
@@ -66,9 +91,33 @@ def rows_for(k_medusa: int, k_eagle: int, stats_dir: Path) -> dict[str, dict]:
     rows["our EAGLE, pinned k=0, first pass every step"] = {
         "spec": rows["our EAGLE, pinned k=0"]["spec"],
         "env": {"VLLM_SPEC_PLUGINS_POLICY": "0", "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP": "0"}}
-    rows["our EAGLE-3, pinned k=0"] = {"spec": {"model": str(DRAFTS / "smollm2-eagle3"), "num_speculative_tokens": 3},
-                                       "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
+    spec3 = {"model": str(DRAFTS / "smollm2-eagle3"), "num_speculative_tokens": k_eagle3}
+    rows[f"our EAGLE-3, fixed K={k_eagle3}"] = {"spec": spec3, "env": fixed}
+    rows["our EAGLE-3, adaptive policy"] = {
+        "spec": spec3, "env": {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats_dir / f"{stats_name('EAGLE-3')}.json")}}
+    rows["our EAGLE-3, pinned k=0"] = {"spec": spec3, "env": {"VLLM_SPEC_PLUGINS_POLICY": "0"}}
     return rows
+
+
+def groups_for(rows: dict[str, dict], *, only: str | None = None, floor: bool = False,
+               skip: list[str] | tuple[str, ...] = ()) -> list[list[str]]:
+    """The groups of engines alive together, each with its own no-speculation row (at most four engines at once:
+    about 3.5 GB each with SmolLM2 in float32 on the CPU build): EAGLE with n-gram; Medusa with its floor; vLLM's
+    static schedules with EAGLE's floor; EAGLE-3 with its floor. ``only``: the groups with a row of that drafter;
+    ``floor``: :data:`FLOOR_ROWS` alone; ``skip``: rows whose name holds one of these words left out."""
+    def of(kind: str, *words: str) -> list[str]:
+        return [n for n in rows if kind_of(n) == kind and any(w in n for w in words) and "static" not in n]
+
+    groups = [["no speculation", "vLLM n-gram"] + of("EAGLE", "fixed", "adaptive"),
+              ["no speculation"] + of("Medusa", "fixed", "adaptive", "pinned"),
+              ["no speculation"] + [n for n in rows if "static" in n] + of("EAGLE", "pinned k=0"),
+              ["no speculation"] + of("EAGLE-3", "fixed", "adaptive", "pinned")]
+    groups[2] = [n for n in groups[2] if "first pass" not in n]
+    if only:
+        groups = [g for g in groups if any(kind_of(n) == only for n in g)]
+    if floor:
+        groups = [FLOOR_ROWS]
+    return [[n for n in g if not any(w in n for w in skip)] for g in groups]
 
 
 #: --floor: what a step that drafts nothing costs with an attention drafter loaded, side by side (one group)
@@ -90,7 +139,9 @@ def parser() -> argparse.ArgumentParser:
     add_prefix_cache_option(ap)
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
-    ap.add_argument("--only", choices=["EAGLE", "Medusa"], help="one drafter's group only")
+    ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft")
+    add_prompt_set_option(ap)
+    ap.add_argument("--only", choices=list(KINDS), help="only the groups with a row of this drafter")
     ap.add_argument("--floor", action="store_true",
                     help="only the k = 0 floor of the attention drafters, in one group: no speculation, our EAGLE "
                          "pinned to k = 0 (first pass skipped and caught up), the same with the first pass run "
@@ -119,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     stats_dir.mkdir(exist_ok=True)
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
-    rows = rows_for(args.k_medusa, args.k_eagle, stats_dir)
+    rows = rows_for(args.k_medusa, args.k_eagle, stats_dir, args.k_eagle3)
     runtime = {} if args.no_iomp else cpu_runtime_env()
     for r in rows.values():
         r["env"] = {**runtime, **r["env"]}
@@ -131,16 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["spec"] and "model" in r["spec"]:  # the plugin rows: the adaptive policy runs in their engines
                 r["env"] = {**r["env"], **env_for(name, args.step_log.resolve())}
     n_prompts = max(args.prompts_c1, args.prompts_cn * max(args.concurrency))
-    prompts, _ = held_out_prompt_ids(target, n_prompts)
-    # At most four engines alive at once (about 3.5 GB each with SmolLM2 in float32 on the CPU build).
-    groups = [["no speculation", "vLLM n-gram"] + [n for n in rows if "EAGLE" in n and ("fixed" in n or "adaptive" in n)],
-              ["no speculation"] + [n for n in rows if "Medusa" in n and "static" not in n],
-              ["no speculation"] + [n for n in rows if "static" in n or n == "our EAGLE, pinned k=0"]]
-    if args.only:
-        groups = [g for g in groups if any(args.only in n for n in g)]
-    if args.floor:
-        groups = [FLOOR_ROWS]
-    groups = [[n for n in g if not any(w in n for w in args.skip)] for g in groups]
+    prompts, _ = held_out_prompt_ids(target, n_prompts, args.prompt_set)
+    groups = groups_for(rows, only=args.only, floor=args.floor, skip=args.skip)
     t0 = time.perf_counter()
     results = []
     for gi, names in enumerate(groups):
@@ -155,15 +198,16 @@ def main(argv: list[str] | None = None) -> int:
                 s.update(concurrency=c, group=gi + 1, start_seconds=g["starts"][name])
                 results.append(s)
     stats = {}
-    for kind in ("eagle", "medusa"):
-        p = stats_dir / f"{kind}.json"
-        if p.exists():
-            stats[kind] = json.loads(p.read_text())
+    for kind in KINDS:
+        p = stats_dir / f"{stats_name(kind)}.json"
+        if p.exists() and any(r["row"] == f"our {kind}, adaptive policy" for r in results):
+            stats[stats_name(kind)] = json.loads(p.read_text())
     report = {
         "command": " ".join(["python -m bench.policy", *(sys.argv[1:] if argv is None else argv)]),
         "vllm": vllm_minor(),
         "settings": {"repeats": args.repeats, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
-                     "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "cpu_runtime": runtime,
+                     "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "k_eagle3": args.k_eagle3,
+                     "prompt_set": args.prompt_set, "cpu_runtime": runtime,
                      "dtype": "float32", "enforce_eager": True, "stream": args.stream,
                      "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache},
         "rows": results,
@@ -183,7 +227,7 @@ def targets(rows: list[dict]) -> list[dict]:
     """The issue's goals, per drafter and concurrency: adaptive vs the better of no spec and fixed K."""
     out = []
     by = {(r["row"], r["concurrency"]): r for r in rows}
-    for kind in ("EAGLE", "Medusa"):
+    for kind in KINDS:
         for (name, c), r in sorted(by.items(), key=lambda x: x[0][1]):
             if name != f"our {kind}, adaptive policy":
                 continue
@@ -197,12 +241,17 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+PROMPT_SETS = {"heldout": "the generator's held-out prompts", "chat": "MT-Bench first turns",
+               "sharegpt": "held-out ShareGPT first turns"}
+
+
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
         f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
-        f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
-        f"EAGLE K={s['k_eagle']}; "
+        f"request; {PROMPT_SETS.get(s.get('prompt_set', 'heldout'), s.get('prompt_set'))}; median of "
+        f"{s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}, "
+        f"EAGLE-3 K={s.get('k_eagle3', 3)}; "
         + (f"{stream_note(s)}. " if s.get("stream") else "")
         + prefix_cache_note(s)
         + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "

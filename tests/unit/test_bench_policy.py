@@ -1,0 +1,84 @@
+"""bench.policy's rows, groups and goal table (no engine): every drafter the issue's goals name, EAGLE-3 included."""
+
+from pathlib import Path
+
+import pytest
+
+from bench import policy as B
+
+
+@pytest.fixture
+def rows(tmp_path: Path) -> dict:
+    return B.rows_for(2, 2, tmp_path, 3)
+
+
+def test_each_drafter_has_fixed_adaptive_and_pinned_rows(rows, tmp_path):
+    for kind, k in (("EAGLE", 2), ("EAGLE-3", 3), ("Medusa", 2)):
+        fixed, adaptive, pinned = (rows[f"our {kind}, {x}"] for x in (f"fixed K={k}", "adaptive policy", "pinned k=0"))
+        assert fixed["env"] == {"VLLM_SPEC_PLUGINS_POLICY": "off"} and fixed["spec"]["num_speculative_tokens"] == k
+        assert adaptive["env"] == {"VLLM_SPEC_PLUGINS_POLICY_STATS": str(tmp_path / f"{kind.lower()}.json")}
+        assert pinned["env"] == {"VLLM_SPEC_PLUGINS_POLICY": "0"}
+        assert fixed["spec"] == adaptive["spec"] == pinned["spec"]
+    assert rows["our EAGLE-3, adaptive policy"]["spec"]["model"].endswith("smollm2-eagle3")
+    assert rows["our EAGLE, adaptive policy"]["spec"]["model"].endswith("smollm2-eagle")
+
+
+def test_groups_hold_every_row_once_at_most_four_engines(rows):
+    groups = B.groups_for(rows)
+    assert all(g[0] == "no speculation" and len(g) <= 4 for g in groups)
+    served = [n for g in groups for n in g[1:]]
+    assert sorted(served) == sorted(n for n in rows if n != "no speculation" and "first pass" not in n)
+    assert groups[3] == ["no speculation", "our EAGLE-3, fixed K=3", "our EAGLE-3, adaptive policy",
+                         "our EAGLE-3, pinned k=0"]
+
+
+def test_only_selects_the_drafter_not_a_prefix_of_its_name(rows):
+    """``--only EAGLE`` must not bring in the EAGLE-3 group ("EAGLE" is in "EAGLE-3"), nor ``--only EAGLE-3`` the
+    EAGLE-1 groups."""
+    eagle = B.groups_for(rows, only="EAGLE")
+    assert [B.kind_of(n) for g in eagle for n in g].count("EAGLE-3") == 0
+    assert any("our EAGLE, adaptive policy" in g for g in eagle)
+    assert B.groups_for(rows, only="EAGLE-3") == [B.groups_for(rows)[3]]
+    assert B.groups_for(rows, only="EAGLE-3", skip=["pinned"]) == [
+        ["no speculation", "our EAGLE-3, fixed K=3", "our EAGLE-3, adaptive policy"]]
+    assert B.groups_for(rows, floor=True, only="Medusa") == [B.FLOOR_ROWS]
+
+
+def test_kind_of():
+    assert B.kind_of("our EAGLE-3, fixed K=3") == "EAGLE-3"
+    assert B.kind_of("our EAGLE, pinned k=0, first pass every step") == "EAGLE"
+    assert B.kind_of("vLLM n-gram") is None and B.kind_of("no speculation") is None
+
+
+def row(name, c, speedup):
+    return {"row": name, "concurrency": c, "speedup": speedup}
+
+
+def test_targets_per_drafter_against_its_own_fixed_k():
+    rs = [row("our EAGLE, fixed K=2", 8, 0.80), row("our EAGLE, adaptive policy", 8, 0.96),
+          row("our EAGLE-3, fixed K=3", 8, 1.10), row("our EAGLE-3, adaptive policy", 8, 1.045),
+          row("our EAGLE-3, fixed K=3", 1, 1.20), row("our EAGLE-3, adaptive policy", 1, 1.25)]
+    t = {(x["drafter"], x["concurrency"]): x for x in B.targets(rs)}
+    assert set(t) == {("EAGLE", 8), ("EAGLE-3", 8), ("EAGLE-3", 1)}
+    assert t[("EAGLE", 8)]["adaptive_vs_better_of_no_spec_and_fixed"] == pytest.approx(0.96)  # no spec is better
+    assert t[("EAGLE-3", 8)]["adaptive_vs_better_of_no_spec_and_fixed"] == pytest.approx(0.95)  # EAGLE-3's fixed K
+    assert t[("EAGLE-3", 1)]["fixed_vs_no_spec"] == 1.20
+
+
+def test_the_table_names_the_prompt_set():
+    report = {"vllm": "0.32", "command": "python -m bench.policy --prompt-set chat", "wall_seconds": 60,
+              "settings": {"max_tokens": 96, "repeats": 3, "k_medusa": 2, "k_eagle": 2, "k_eagle3": 3,
+                           "prompt_set": "chat", "cpu_runtime": {}, "prefix_cache": "fresh"},
+              "rows": [], "targets": [], "policy_stats": {}}
+    md = B.markdown(report)
+    assert "MT-Bench first turns" in md and "EAGLE-3 K=3" in md
+    report["settings"]["prompt_set"] = "sharegpt"
+    assert "held-out ShareGPT first turns" in B.markdown(report)
+
+
+def test_the_prompt_set_and_drafter_options():
+    """``--prompt-set`` is parsed and passed on (bench.run's option, shared)."""
+    assert B.parser().parse_args(["--prompt-set", "chat"]).prompt_set == "chat"
+    assert B.parser().parse_args([]).prompt_set == "heldout"
+    with pytest.raises(SystemExit):
+        B.parser().parse_args(["--only", "EAGLE-2"])
