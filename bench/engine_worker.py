@@ -9,7 +9,8 @@ phases, so machine drift hits every row alike. Commands:
   flight, the next prompt starting as soon as one finishes (what a server sees from ``c`` busy clients, vLLM's
   ``--max-concurrency``).
   ``"fresh_prefix_cache": true`` empties vLLM's prefix cache first (untimed), so that no prompt of the run is found
-  cached from an earlier one.
+  cached from an earlier one; the answer's ``"prefix_cache_hits"`` counts the prompt tokens the run found cached
+  (vLLM's ``vllm:prefix_cache_hits``).
 * ``{"cmd": "quit"}``.
 
 The first line written is ``{"ready": true, "start_seconds": ...}`` once the engine is up.
@@ -33,6 +34,11 @@ def _delta(after: dict, before: dict) -> dict:
         else:
             out[k] = v - (b or 0)
     return out
+
+
+def prefix_cache_hits(llm) -> int:
+    """vLLM's cumulative count of prompt tokens found in the prefix cache."""
+    return int(sum(getattr(m, "value", 0) for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits"))
 
 
 def generate_stream(engine, prompts: list, params, c: int, tag: str) -> list[list[int]]:
@@ -82,7 +88,7 @@ def main() -> None:
         c = cmd["concurrency"]
         if cmd.get("fresh_prefix_cache") and not llm.reset_prefix_cache():
             raise RuntimeError("bench.engine_worker: vLLM did not empty the prefix cache (requests still running?)")
-        before = spec_metrics(llm)
+        before, hits = spec_metrics(llm), prefix_cache_hits(llm)
         outputs: list[list[int]] = []
         t = time.perf_counter()
         runs += 1
@@ -94,7 +100,8 @@ def main() -> None:
                     outputs.append(list(r.outputs[0].token_ids))
         seconds = time.perf_counter() - t
         out.write(json.dumps({"seconds": seconds, "tokens": sum(map(len, outputs)), "outputs": outputs,
-                              "spec": _delta(spec_metrics(llm), before)}) + "\n")
+                              "spec": _delta(spec_metrics(llm), before),
+                              "prefix_cache_hits": prefix_cache_hits(llm) - hits}) + "\n")
         out.flush()
 
 
