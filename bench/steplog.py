@@ -4,7 +4,8 @@
 ``PYTHONPATH``. Its ``sitecustomize.py`` (run at the start of every Python process of that engine, the engine
 core included) wraps :meth:`vllm_spec_plugins.policy.AdaptivePolicy.end_step` through :func:`install`, so each
 finished step appends one line to ``DIR/<row>-<pid>.tsv``: batch size, ``k`` drafted, ``k`` verified, draft tokens
-verified, pure decode (1/0), and the step's seconds as the policy times it (idle time between steps excluded).
+verified, pure decode (1/0), the step's seconds as the policy times it (idle time between steps excluded), and the
+draft tokens accepted in it (as the policy observed them).
 Lines are written only while ``BENCH_STEP_LOG`` is set. The policy's own estimates (``VLLM_SPEC_PLUGINS_POLICY_STATS``)
 say what it believed; these lines say what each step cost, so a belief can be checked against the steps it came
 from (docs/benchmarks.md, "Spells of slow steps").
@@ -52,11 +53,13 @@ def install(directory: str, tag: str) -> bool:
             start = self.step_start()
             original(self, b=b, k_drafted=k_drafted, k_verified=k_verified, pure_decode=pure_decode,
                      n_verified=n_verified)
+            accepted = self.accepted_tokens - getattr(self, "_bench_steplog_accepted", 0)  # observed in this step
+            self._bench_steplog_accepted = self.accepted_tokens
             if start is not None and self._t_last_end is not None:
                 nv = b * k_verified if n_verified is None else n_verified
                 with open(path, "a") as f:
                     f.write(f"{b}\t{k_drafted}\t{k_verified}\t{nv}\t{int(bool(pure_decode))}\t"
-                            f"{self._t_last_end - start:.6f}\n")
+                            f"{self._t_last_end - start:.6f}\t{accepted}\n")
 
         end_step._bench_steplog = True  # type: ignore[attr-defined]
         P.AdaptivePolicy.end_step = end_step  # type: ignore[method-assign]
@@ -66,26 +69,32 @@ def install(directory: str, tag: str) -> bool:
         return False
 
 
-def read(path: Path) -> list[tuple[int, int, int, int, bool, float]]:
+def read(path: Path) -> list[tuple[int, int, int, int, bool, float, int]]:
+    """A step log's lines: ``(batch, k drafted, k verified, draft tokens verified, pure decode, seconds, draft tokens
+    accepted)``."""
     rows = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         f = line.split("\t")
-        if len(f) != 6:
-            raise ValueError(f"{path}:{n}: expected 6 tab-separated fields, found {len(f)}: {line!r}")
-        rows.append((int(f[0]), int(f[1]), int(f[2]), int(f[3]), f[4] == "1", float(f[5])))
+        if len(f) != 7:
+            raise ValueError(f"{path}:{n}: expected 7 tab-separated fields, found {len(f)}: {line!r}")
+        rows.append((int(f[0]), int(f[1]), int(f[2]), int(f[3]), f[4] == "1", float(f[5]), int(f[6])))
     return rows
 
 
 def summarize(path: Path, sequence: bool = False) -> str:
     """Steady steps (pure decode, verifying drafts made with the same k) by batch size and k: count, lower
-    quartile and median in ms; with ``sequence``, every step in order."""
+    quartile and median in ms, and the share of the draft tokens they verified that was accepted; with
+    ``sequence``, every step in order."""
     from vllm_spec_plugins.policy import lower_quartile  # here: importing this module (in sitecustomize) never fails
 
     steps = read(path)
     cells: dict[tuple[int, int], list[float]] = defaultdict(list)
-    for b, kd, kv, _, pure, dt in steps:
+    drafts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])  # verified, accepted
+    for b, kd, kv, nv, pure, dt, acc in steps:
         if pure and kd == kv:
             cells[(b, kd)].append(1e3 * dt)
+            drafts[(b, kd)][0] += nv
+            drafts[(b, kd)][1] += acc
     by_k: dict[int, int] = defaultdict(int)
     for b, kd, *_ in steps:
         if b:  # a step with no request (a batch just finished) asks for vLLM's K without the policy deciding
@@ -93,12 +102,14 @@ def summarize(path: Path, sequence: bool = False) -> str:
     n = sum(by_k.values())
     lines = [f"{path.name}: {n} steps with requests, drafted " + ", ".join(
         f"k={k}: {100 * c / max(n, 1):.0f}%" for k, c in sorted(by_k.items())),
-        f"  {'batch':>5} {'k':>2} {'steps':>5} {'lower quartile ms':>17} {'median ms':>9}"]
+        f"  {'batch':>5} {'k':>2} {'steps':>5} {'lower quartile ms':>17} {'median ms':>9} {'accepted':>8}"]
     for (b, k), v in sorted(cells.items()):
-        lines.append(f"  {b:>5} {k:>2} {len(v):>5} {lower_quartile(v):>17.1f} {statistics.median(v):>9.1f}")
+        nv, acc = drafts[(b, k)]
+        rate = f"{acc / nv:.0%}" if nv else "-"
+        lines.append(f"  {b:>5} {k:>2} {len(v):>5} {lower_quartile(v):>17.1f} {statistics.median(v):>9.1f} {rate:>8}")
     if sequence:
-        lines.append("  " + " ".join(f"{b}{'' if pure else 'P'}/{kd}{kv}:{1e3 * dt:.0f}"
-                                     for b, kd, kv, _, pure, dt in steps))
+        lines.append("  " + " ".join(f"{b}{'' if pure else 'P'}/{kd}{kv}:{1e3 * dt:.0f}" + (f"+{acc}" if acc else "")
+                                     for b, kd, kv, _, pure, dt, acc in steps))
     return "\n".join(lines)
 
 

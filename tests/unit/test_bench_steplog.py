@@ -24,19 +24,22 @@ def test_each_step_is_logged_as_the_policy_timed_it(tmp_path, restore_end_step):
     assert steplog.install(str(tmp_path), "our EAGLE")  # twice: still one line per step
     clock = Clock()
     pol = P.AdaptivePolicy(2, P.PolicySettings(mode="pinned", pin=1), clock=clock)
-    simulate(pol, clock, steps=10, b=4, cost=lambda b, kv, kd: 0.010 + 0.005 * kv, alpha=lambda s: 0.0)
+    simulate(pol, clock, steps=10, b=4, cost=lambda b, kv, kd: 0.010 + 0.005 * kv, alpha=lambda s: 0.5)
     (log,) = tmp_path.glob("*.tsv")
     assert log.name == f"our EAGLE-{os.getpid()}.tsv"
     rows = steplog.read(log)
     assert len(rows) == 10
-    assert rows[0] == (4, 1, 0, 0, True, pytest.approx(0.010))  # the first step verifies nothing yet
-    assert rows[1:] == [(4, 1, 1, 4, True, pytest.approx(0.015))] * 9
+    assert rows[0] == (4, 1, 0, 0, True, pytest.approx(0.010), 0)  # the first step verifies nothing yet
+    assert [r[:6] for r in rows[1:]] == [(4, 1, 1, 4, True, pytest.approx(0.015))] * 9
+    accepted = [r[6] for r in rows]
+    assert sum(accepted) == pol.accepted_tokens and 0 < sum(accepted) < 36 and len(set(accepted)) > 1  # per step
     out = steplog.summarize(log, sequence=True)
     assert "10 steps with requests, drafted k=1: 100%" in out
-    assert "      4  1     9              15.0      15.0" in out  # batch 4, k 1, 9 steady steps (the first is not)
+    share = f"{sum(accepted) / 36:.0%}"
+    assert f"      4  1     9              15.0      15.0 {share:>8}" in out  # batch 4, k 1, 9 steady steps
     assert "4/10:10 4/11:15" in out
     with log.open("a") as f:  # an empty step (a batch just finished): vLLM's K, not the policy's choice
-        f.write("0\t2\t0\t0\t1\t0.002\n")
+        f.write("0\t2\t0\t0\t1\t0.002\t0\n")
     assert "10 steps with requests, drafted k=1: 100%" in steplog.summarize(log)
 
 
@@ -51,8 +54,8 @@ def test_a_log_directory_that_is_not_one_is_refused_without_stopping_anything(tm
 
 def test_a_malformed_log_line_names_the_file_and_line(tmp_path):
     bad = tmp_path / "x-1.tsv"
-    bad.write_text("4\t1\t1\t4\t1\t0.015\n4\t1\t1\n")
-    with pytest.raises(ValueError, match=r"x-1.tsv:2: expected 6 tab-separated fields, found 3"):
+    bad.write_text("4\t1\t1\t4\t1\t0.015\t2\n4\t1\t1\n")
+    with pytest.raises(ValueError, match=r"x-1.tsv:2: expected 7 tab-separated fields, found 3"):
         steplog.read(bad)
 
 
