@@ -1,5 +1,7 @@
 """bench.policy's rows, groups and goal table (no engine): every drafter the issue's goals name, EAGLE-3 included."""
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,44 @@ def test_the_prompt_set_and_drafter_options():
     assert B.parser().parse_args([]).prompt_set == "heldout"
     with pytest.raises(SystemExit):
         B.parser().parse_args(["--only", "EAGLE-2"])
+
+
+DOCS = ("README.md", "docs/benchmarks.md", "docs/adaptive-policy.md", "bench/README.md")
+
+
+def policy_commands(text: str) -> list[str]:
+    """Every ``python -m bench.policy`` command in a markdown text: the lines of its code blocks that start with one
+    (up to a ``#`` comment), and its inline code spans holding one (wrapped lines joined)."""
+    out = []
+    fenced = re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)
+    for block in fenced:
+        out += [line.split("  #")[0].strip() for line in block.splitlines()
+                if line.split()[:3] == ["python", "-m", "bench.policy"]]
+    inline = re.sub(r"```.*?```", "", text, flags=re.S)
+    out += [" ".join(m.split()) for m in re.findall(r"`([^`]*python -m bench\.policy(?![\w.])[^`]*)`", inline)]
+    return out
+
+
+def test_every_bench_policy_command_in_the_docs_parses():
+    """The commands the docs give for bench.policy run as written: each parses with its parser (an option renamed or
+    removed, or a drafter ``--only`` does not know, fails here)."""
+    root = Path(__file__).resolve().parents[2]
+    seen = 0
+    for name in DOCS:
+        for cmd in policy_commands((root / name).read_text()):
+            words = shlex.split(cmd)
+            words = words[words.index("bench.policy") + 1:]
+            try:
+                B.parser().parse_args(words)
+            except SystemExit:
+                pytest.fail(f"{name}: `{cmd}` does not parse")
+            seen += 1
+    assert seen >= 10
+
+
+def test_a_command_that_does_not_parse_is_caught():
+    bad = "Run `python -m bench.policy --only EAGLE-4 --stream`.\n```bash\npython -m bench.policy --quick  # fine\n```\n"
+    cmds = policy_commands(bad)
+    assert cmds == ["python -m bench.policy --quick", "python -m bench.policy --only EAGLE-4 --stream"]
+    with pytest.raises(SystemExit):
+        B.parser().parse_args(shlex.split(cmds[1])[3:])
