@@ -21,7 +21,7 @@ cost per decision) are read from ``VLLM_SPEC_PLUGINS_POLICY_STATS``.
 
 Writes ``bench/out/policy.json`` and ``bench/out/policy.md``.
 
-    python -m bench.policy            # full (about 30 minutes)
+    python -m bench.policy            # full (about 55 minutes: four groups of engines)
     python -m bench.policy --quick    # one repetition, fewer tokens
     python -m bench.policy --only EAGLE-3 --prompt-set chat --stream --prompts-cn 3 --max-tokens 96
                                       # the EAGLE-3 draft's goals on MT-Bench, a closed loop at 4, 8 and 16
