@@ -103,8 +103,9 @@ def groups_for(rows: dict[str, dict], *, only: str | None = None, floor: bool = 
                skip: list[str] | tuple[str, ...] = ()) -> list[list[str]]:
     """The groups of engines alive together, each with its own no-speculation row (at most four engines at once:
     about 3.5 GB each with SmolLM2 in float32 on the CPU build): EAGLE with n-gram; Medusa with its floor; vLLM's
-    static schedules with EAGLE's floor; EAGLE-3 with its floor. ``only``: the groups with a row of that drafter;
-    ``floor``: :data:`FLOOR_ROWS` alone; ``skip``: rows whose name holds one of these words left out."""
+    static schedules with EAGLE's floor; EAGLE-3 with its floor. ``skip``: rows whose name holds one of these words
+    left out; ``only``: then the groups that still have a row of that drafter; ``floor``: :data:`FLOOR_ROWS` alone.
+    A group left with no speculation alone is dropped (it would measure nothing)."""
     def of(kind: str, *words: str) -> list[str]:
         return [n for n in rows if kind_of(n) == kind and any(w in n for w in words) and "static" not in n]
 
@@ -113,11 +114,12 @@ def groups_for(rows: dict[str, dict], *, only: str | None = None, floor: bool = 
               ["no speculation"] + [n for n in rows if "static" in n] + of("EAGLE", "pinned k=0"),
               ["no speculation"] + of("EAGLE-3", "fixed", "adaptive", "pinned")]
     groups[2] = [n for n in groups[2] if "first pass" not in n]
-    if only:
-        groups = [g for g in groups if any(kind_of(n) == only for n in g)]
     if floor:
         groups = [FLOOR_ROWS]
-    return [[n for n in g if not any(w in n for w in skip)] for g in groups]
+    groups = [[n for n in g if not any(w in n for w in skip)] for g in groups]
+    if only and not floor:
+        groups = [g for g in groups if any(kind_of(n) == only for n in g)]
+    return [g for g in groups if len(g) > 1]
 
 
 #: --floor: what a step that drafts nothing costs with an attention drafter loaded, side by side (one group)

@@ -44,6 +44,14 @@ def test_only_selects_the_drafter_not_a_prefix_of_its_name(rows):
     assert B.groups_for(rows, only="EAGLE-3", skip=["pinned"]) == [
         ["no speculation", "our EAGLE-3, fixed K=3", "our EAGLE-3, adaptive policy"]]
     assert B.groups_for(rows, floor=True, only="Medusa") == [B.FLOOR_ROWS]
+    # skip first: the static group's Medusa row skipped, it has no Medusa row left (only EAGLE's floor) and goes
+    assert B.groups_for(rows, only="Medusa", skip=["static"]) == [
+        ["no speculation", "our Medusa, fixed K=2", "our Medusa, adaptive policy", "our Medusa, pinned k=0"]]
+
+
+def test_a_group_left_with_no_speculation_alone_is_dropped(rows):
+    groups = B.groups_for(rows, skip=["our EAGLE-3", "n-gram", "EAGLE, fixed", "EAGLE, adaptive"])
+    assert all(len(g) > 1 for g in groups) and len(groups) == 2  # Medusa's, and the static schedules'
 
 
 def test_kind_of():
