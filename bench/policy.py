@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import prefix_cache_note, stream_note
+from bench.report import prefix_cache_note, prompt_set_note, stream_note
 from bench.run import (
     DRAFTS,
     OUT,
@@ -243,17 +243,13 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-PROMPT_SETS = {"heldout": "the generator's held-out prompts", "chat": "MT-Bench first turns",
-               "sharegpt": "held-out ShareGPT first turns"}
-
-
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
         f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
-        f"request; {PROMPT_SETS.get(s.get('prompt_set', 'heldout'), s.get('prompt_set'))}; median of "
-        f"{s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}, "
-        f"EAGLE-3 K={s.get('k_eagle3', 3)}; "
+        f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
+        f"EAGLE K={s['k_eagle']}, EAGLE-3 K={s.get('k_eagle3', 3)}; "
+        + prompt_set_note(s)
         + (f"{stream_note(s)}. " if s.get("stream") else "")
         + prefix_cache_note(s)
         + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "

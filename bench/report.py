@@ -13,6 +13,13 @@ def stream_note(settings: dict) -> str:
             "prompts per phase)")
 
 
+def prompt_set_note(settings: dict) -> str:
+    """Which prompts a run used (``--prompt-set``), for a report's header (bench.run's and bench.policy's)."""
+    return {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. ",
+            "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
+        settings.get("prompt_set", "heldout"), "")
+
+
 def prefix_cache_note(settings: dict) -> str:
     """What ``--prefix-cache`` did, for a report's header (bench.run's and bench.policy's; reports from before the
     option say nothing)."""
@@ -48,9 +55,7 @@ def markdown(report: dict) -> str:
         f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
         f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}"
         + (f", EAGLE-3 K={s['k_eagle3']}" if "k_eagle3" in s else "") + "; "
-        + {"chat": "MT-Bench questions (bench/data/README.md). ", "heldout": "held-out generator prompts. ",
-           "sharegpt": "first turns of held-out ShareGPT conversations (bench/sharegpt.py). "}.get(
-            s.get("prompt_set", "heldout"), "")
+        + prompt_set_note(s)
         + (f"{stream_note(s)}. " if s.get("stream") else "")
         + prefix_cache_note(s)
         + _runtime(s) +

@@ -81,9 +81,9 @@ def test_the_table_names_the_prompt_set():
                            "prompt_set": "chat", "cpu_runtime": {}, "prefix_cache": "fresh"},
               "rows": [], "targets": [], "policy_stats": {}}
     md = B.markdown(report)
-    assert "MT-Bench first turns" in md and "EAGLE-3 K=3" in md
+    assert "MT-Bench questions" in md and "EAGLE-3 K=3" in md
     report["settings"]["prompt_set"] = "sharegpt"
-    assert "held-out ShareGPT first turns" in B.markdown(report)
+    assert "first turns of held-out ShareGPT conversations" in B.markdown(report)
 
 
 def test_the_prompt_set_and_drafter_options():
