@@ -3,11 +3,11 @@
 The benchmark keeps several of these alive at once and interleaves their timed
 phases, so machine drift hits every row alike. Commands:
 
-* ``{"cmd": "run", "prompts": [[ids], ...], "concurrency": c, "max_tokens": n}``: generate greedily,
-  ``c`` requests at a time, and answer ``{"seconds", "tokens", "outputs", "spec": {metric deltas}}``. In batches
-  of ``c`` (each waits for its longest request), or with ``"stream": true`` as a closed loop: ``c`` requests in
-  flight, the next prompt starting as soon as one finishes (what a server sees from ``c`` busy clients, vLLM's
-  ``--max-concurrency``).
+* ``{"cmd": "run", "prompts": [[ids], ...], "concurrency": c, "max_tokens": n}``: generate greedily (at most ``n``
+  tokens per answer, or with a list, ``n[i]`` for prompt ``i``), ``c`` requests at a time, and answer
+  ``{"seconds", "tokens", "outputs", "spec": {metric deltas}}``. In batches of ``c`` (each waits for its longest
+  request), or with ``"stream": true`` as a closed loop: ``c`` requests in flight, the next prompt starting as soon as
+  one finishes (what a server sees from ``c`` busy clients, vLLM's ``--max-concurrency``).
   ``"fresh_prefix_cache": true`` empties vLLM's prefix cache first (untimed), so that no prompt of the run is found
   cached from an earlier one; the answer's ``"prefix_cache_hits"`` counts the prompt tokens the run found cached
   (vLLM's ``vllm:prefix_cache_hits``).
@@ -41,14 +41,14 @@ def prefix_cache_hits(llm) -> int:
     return int(sum(getattr(m, "value", 0) for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits"))
 
 
-def generate_stream(engine, prompts: list, params, c: int, tag: str) -> list[list[int]]:
-    """Keep ``c`` requests in flight on ``engine`` (vLLM's ``LLMEngine``) until every prompt is answered; the
-    answers in prompt order. Request ids are ``tag-i``: give each call its own ``tag``."""
+def generate_stream(engine, prompts: list, params: list, c: int, tag: str) -> list[list[int]]:
+    """Keep ``c`` requests in flight on ``engine`` (vLLM's ``LLMEngine``) until every prompt is answered (prompt ``i``
+    with ``params[i]``); the answers in prompt order. Request ids are ``tag-i``: give each call its own ``tag``."""
     answers: dict[int, list[int]] = {}
     nxt = live = 0
     while nxt < len(prompts) or live:
         while nxt < len(prompts) and live < c:
-            engine.add_request(f"{tag}-{nxt}", prompts[nxt], params)
+            engine.add_request(f"{tag}-{nxt}", prompts[nxt], params[nxt])
             nxt += 1
             live += 1
         for o in engine.step():
@@ -83,8 +83,12 @@ def main() -> None:
         cmd = json.loads(line)
         if cmd["cmd"] == "quit":
             break
-        params = SamplingParams(temperature=0.0, max_tokens=cmd["max_tokens"], ignore_eos=cmd.get("ignore_eos", False))
         prompts = [{"prompt_token_ids": p} for p in cmd["prompts"]]
+        lengths = cmd["max_tokens"] if isinstance(cmd["max_tokens"], list) else [cmd["max_tokens"]] * len(prompts)
+        if len(lengths) != len(prompts):
+            raise ValueError(f"bench.engine_worker: {len(lengths)} answer lengths for {len(prompts)} prompts")
+        params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=cmd.get("ignore_eos", False))
+                  for n in lengths]
         c = cmd["concurrency"]
         if cmd.get("fresh_prefix_cache") and not llm.reset_prefix_cache():
             raise RuntimeError("bench.engine_worker: vLLM did not empty the prefix cache (requests still running?)")
@@ -96,7 +100,7 @@ def main() -> None:
             outputs = generate_stream(llm.llm_engine, prompts, params, c, f"run{runs}")
         else:
             for i in range(0, len(prompts), c):
-                for r in llm.generate(prompts[i:i + c], params, use_tqdm=False):
+                for r in llm.generate(prompts[i:i + c], params[i:i + c], use_tqdm=False):
                     outputs.append(list(r.outputs[0].token_ids))
         seconds = time.perf_counter() - t
         out.write(json.dumps({"seconds": seconds, "tokens": sum(map(len, outputs)), "outputs": outputs,

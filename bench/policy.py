@@ -35,10 +35,11 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import prefix_cache_note, prompt_set_note, stream_note
+from bench.report import lengths_note, prefix_cache_note, prompt_set_note, stream_note
 from bench.run import (
     DRAFTS,
     OUT,
+    add_lengths_option,
     add_prefix_cache_option,
     add_prompt_set_option,
     held_out_prompt_ids,
@@ -139,6 +140,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stream", action="store_true", help="as bench.run --stream: at concurrency c > 1, c requests "
                     "in flight over --prompts-cn x c prompts per phase, instead of batches of c")
     add_prefix_cache_option(ap)
+    add_lengths_option(ap)
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft")
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                      "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "k_eagle3": args.k_eagle3,
                      "prompt_set": args.prompt_set, "cpu_runtime": runtime,
                      "dtype": "float32", "enforce_eager": True, "stream": args.stream,
-                     "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache},
+                     "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache, "lengths": args.lengths},
         "rows": results,
         "policy_stats": stats,
         "targets": targets(results),
@@ -246,8 +248,8 @@ def targets(rows: list[dict]) -> list[dict]:
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
-        f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {s['max_tokens']} new tokens per "
-        f"request; median of {s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
+        f"vLLM {report['vllm']} (CPU build), float32, enforce_eager, greedy; {lengths_note(s)}; median of "
+        f"{s['repeats']} interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, "
         f"EAGLE K={s['k_eagle']}, EAGLE-3 K={s.get('k_eagle3', 3)}; "
         + prompt_set_note(s)
         + (f"{stream_note(s)}. " if s.get("stream") else "")

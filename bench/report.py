@@ -20,6 +20,18 @@ def prompt_set_note(settings: dict) -> str:
         settings.get("prompt_set", "heldout"), "")
 
 
+def lengths_note(settings: dict) -> str:
+    """How long answers may be (``--max-tokens``, ``--lengths``), for a report's header (bench.run's and
+    bench.policy's)."""
+    if settings.get("lengths") == "varied":
+        from bench.run import VARIED_HIGH, VARIED_LOW
+
+        n = settings["max_tokens"]
+        return (f"at most {round(VARIED_LOW * n)}-{round(VARIED_HIGH * n)} new tokens per request, a length of its own "
+                f"per prompt (--lengths varied, mean {n})")
+    return f"{settings['max_tokens']} new tokens per request"
+
+
 def prefix_cache_note(settings: dict) -> str:
     """What ``--prefix-cache`` did, for a report's header (bench.run's and bench.policy's; reports from before the
     option say nothing)."""
@@ -52,7 +64,7 @@ def markdown(report: dict) -> str:
     s = report["settings"]
     lines = [
         f"vLLM {report['vllm']} (CPU build), {report['machine']['cpus']} CPUs ({report['machine']['processor']}), "
-        f"float32, enforce_eager, greedy; {s['max_tokens']} new tokens per request; median of {s['repeats']} "
+        f"float32, enforce_eager, greedy; {lengths_note(s)}; median of {s['repeats']} "
         f"interleaved repetitions after warm-up; Medusa K={s['k_medusa']}, EAGLE K={s['k_eagle']}"
         + (f", EAGLE-3 K={s['k_eagle3']}" if "k_eagle3" in s else "") + "; "
         + prompt_set_note(s)

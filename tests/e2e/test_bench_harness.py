@@ -22,6 +22,8 @@ def test_engine_worker_protocol_and_metric_deltas(tiny, tmp_path):
         four = e.run(PROMPTS[:4], 4, 32)
         streamed = e.run(PROMPTS[:6], 2, 32, stream=True)  # two in flight over six prompts, twice the same ids
         again = e.run(PROMPTS[:6], 2, 32, stream=True)
+        lengths = [2, 9, 4, 7, 3, 5]  # --lengths varied: an answer length per prompt
+        varied = [e.run(PROMPTS[:6], 2, lengths, stream=True), e.run(PROMPTS[:6], 2, lengths)]
         cached = [e.run(LONG, 1, 8), e.run(LONG, 1, 8)]  # the second finds every prompt's first block cached
         fresh = e.run(LONG, 1, 8, fresh_prefix_cache=True)
     finally:
@@ -29,6 +31,8 @@ def test_engine_worker_protocol_and_metric_deltas(tiny, tmp_path):
     assert one["outputs"] == four["outputs"] and len(one["outputs"]) == 4
     assert streamed["outputs"][:4] == one["outputs"] and streamed["outputs"] == again["outputs"]  # in prompt order
     assert len(streamed["outputs"]) == 6 and streamed["spec"]["drafts"] > 0
+    for r in varied:  # greedy: each answer the first tokens of the longer one (ended by EOS or its own length)
+        assert r["outputs"] == [full[:n] for full, n in zip(streamed["outputs"], lengths)]
     assert one["tokens"] == sum(map(len, one["outputs"])) and one["seconds"] > 0
     for r in (one, four):  # per-phase deltas of vLLM's cumulative counters
         assert r["spec"]["drafts"] > 0 and r["spec"]["draft_tokens"] == 3 * r["spec"]["drafts"]

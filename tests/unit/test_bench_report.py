@@ -85,3 +85,36 @@ def test_every_bench_command_parses_what_run_group_reads():
     for args in (bench.policy.parser().parse_args([]), bench.policy.parser().parse_args(["--quick"])):
         missing = [a for a in sorted(used) if not hasattr(args, a)]
         assert not missing, f"bench.policy lacks {missing}"
+
+
+def test_answer_lengths_fixed_or_varied_per_prompt():
+    """``--lengths varied``: a length per prompt from 0.5 to 1.5 x --max-tokens, the same for a prompt whatever the
+    phase's size, spread so that a closed loop's first c requests end at c different steps."""
+    import pytest
+
+    from bench.run import answer_lengths
+
+    assert answer_lengths(24, 96) == 96 == answer_lengths(24, 96, "fixed")
+    v = answer_lengths(24, 96, "varied")
+    assert len(v) == 24 and all(48 <= n <= 144 for n in v)
+    assert abs(sum(v) / len(v) - 96) < 0.05 * 96
+    assert answer_lengths(8, 96, "varied") == v[:8] and len(set(v[:8])) == 8
+    assert min(v) < 60 and max(v) > 132  # spread over the whole range, not bunched
+    with pytest.raises(ValueError, match="'random'"):
+        answer_lengths(4, 96, "random")
+
+
+def test_the_header_says_how_long_answers_may_be():
+    from bench.report import lengths_note
+
+    assert lengths_note({"max_tokens": 96}) == "96 new tokens per request"
+    assert lengths_note({"max_tokens": 96, "lengths": "fixed"}) == "96 new tokens per request"
+    assert lengths_note({"max_tokens": 96, "lengths": "varied"}).startswith("at most 48-144 new tokens per request")
+
+
+def test_lengths_option_in_both_benchmarks():
+    import bench.policy
+    import bench.run
+
+    for parse in (bench.policy.parser().parse_args, bench.run.parser().parse_args):
+        assert parse([]).lengths == "fixed" and parse(["--lengths", "varied"]).lengths == "varied"
