@@ -35,13 +35,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.report import lengths_note, prefix_cache_note, prompt_set_note, stream_note
+from bench.report import lengths_note, prefix_cache_note, prompt_set_note, restart_note, stream_note
 from bench.run import (
     DRAFTS,
     OUT,
     add_lengths_option,
     add_prefix_cache_option,
     add_prompt_set_option,
+    add_restart_option,
     held_out_prompt_ids,
     run_group,
     summarize,
@@ -141,6 +142,7 @@ def parser() -> argparse.ArgumentParser:
                     "in flight over --prompts-cn x c prompts per phase, instead of batches of c")
     add_prefix_cache_option(ap)
     add_lengths_option(ap)
+    add_restart_option(ap)
     ap.add_argument("--k-medusa", type=int, default=2)
     ap.add_argument("--k-eagle", type=int, default=2)
     ap.add_argument("--k-eagle3", type=int, default=3, help="speculative tokens for the EAGLE-3 draft")
@@ -213,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                      "k_medusa": args.k_medusa, "k_eagle": args.k_eagle, "k_eagle3": args.k_eagle3,
                      "prompt_set": args.prompt_set, "cpu_runtime": runtime,
                      "dtype": "float32", "enforce_eager": True, "stream": args.stream,
-                     "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache, "lengths": args.lengths},
+                     "prompts_cn": args.prompts_cn, "prefix_cache": args.prefix_cache, "lengths": args.lengths,
+                     "restart": args.restart},
         "rows": results,
         "policy_stats": stats,
         "targets": targets(results),
@@ -254,6 +257,7 @@ def markdown(report: dict) -> str:
         + prompt_set_note(s)
         + (f"{stream_note(s)}. " if s.get("stream") else "")
         + prefix_cache_note(s)
+        + restart_note(s)
         + f"CPU runtime: {s['cpu_runtime'] or 'default'}. Command: `{report['command']}` "
         f"({report['wall_seconds'] / 60:.1f} min).",
         "",

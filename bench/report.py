@@ -32,6 +32,11 @@ def lengths_note(settings: dict) -> str:
     return f"{settings['max_tokens']} new tokens per request"
 
 
+def restart_note(settings: dict) -> str:
+    """Whether each repetition had engines of its own (``--restart``), for a report's header."""
+    return "Every row's engine started afresh for each repetition (--restart). " if settings.get("restart") else ""
+
+
 def prefix_cache_note(settings: dict) -> str:
     """What ``--prefix-cache`` did, for a report's header (bench.run's and bench.policy's; reports from before the
     option say nothing)."""
@@ -70,6 +75,7 @@ def markdown(report: dict) -> str:
         + prompt_set_note(s)
         + (f"{stream_note(s)}. " if s.get("stream") else "")
         + prefix_cache_note(s)
+        + restart_note(s)
         + _runtime(s) +
         f"Command: `{report['command']}` ({report['wall_seconds'] / 60:.1f} min).",
         "",

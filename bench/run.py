@@ -47,7 +47,7 @@ class Engine:
     """A bench.engine_worker process."""
 
     def __init__(self, name: str, model: str, spec: dict | None, env: dict[str, str], log_dir: Path,
-                 max_num_seqs: int, max_model_len: int = 2048, wait: bool = True) -> None:
+                 max_num_seqs: int, max_model_len: int = 2048, wait: bool = True, log_mode: str = "w") -> None:
         self.name = name
         cfg = {"model": model, "speculative_config": spec, "max_num_seqs": max_num_seqs,
                "max_model_len": max_model_len}
@@ -55,7 +55,7 @@ class Engine:
         full_env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         full_env.update(env)
         self.log_path = log_dir / f"{name}.log"
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, log_mode)
         self._t0 = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.engine_worker", json.dumps(cfg)], cwd=ROOT,
                                      env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -127,6 +127,15 @@ def add_lengths_option(ap: argparse.ArgumentParser) -> None:
                          "steps, as a chat service's do. With fixed lengths (MT-Bench's answers run past 96 tokens), "
                          "an engine that never drafts keeps its c requests in lock-step, starting and ending together "
                          "with their prompts prefilled in one step, which drafting breaks (docs/benchmarks.md)")
+
+
+def add_restart_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--restart", action="store_true",
+                    help="start every row's engine afresh (and warm it up) before each repetition after the first: "
+                         "two engines of one configuration can differ by a few per cent for as long as they live "
+                         "(docs/benchmarks.md), which one engine per row puts into every repetition alike; with "
+                         "--restart each repetition has engines of its own (slower: a start and a warm-up each). "
+                         "The policy statistics are then the last engine's")
 
 
 def add_prefix_cache_option(ap: argparse.ArgumentParser) -> None:
@@ -321,23 +330,34 @@ def summarize(name: str, phases: list[dict], base_phases: list[dict], prompts_n:
 
 def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int]], args, log_dir: Path) -> dict:
     engines: dict[str, Engine] = {}
-    try:
+    starts: dict[str, float] = {}
+
+    def start(first: bool) -> None:
+        """Start (``first``) or restart (``--restart``) every row's engine, then warm each up."""
+        for e in engines.values():
+            e.close()
         for name in names:
-            print(f"  starting {name} ...", flush=True)
+            print(f"  {'starting' if first else 'restarting'} {name} ...", flush=True)
             engines[name] = Engine(name.replace(" ", "_").replace(",", ""), str(target), rows[name]["spec"],
                                    rows[name]["env"], log_dir, max_num_seqs=max(args.concurrency),
-                                   wait=not args.parallel_start)
-        for e in engines.values():
+                                   wait=not args.parallel_start, log_mode="w" if first else "a")
+        for name, e in engines.items():
             if args.parallel_start:
                 e.wait_ready()
+            starts.setdefault(name, e.start_seconds)
         warm = args.warmup_tokens or args.max_tokens
         for e in engines.values():  # warm-up: one request, then one full batch of each concurrency
             e.run(prompts[:1], 1, warm)
             for c in args.concurrency:
                 e.run(prompts[:c], c, warm, stream=args.stream and c > 1)
+
+    try:
+        start(first=True)
         phases: dict[tuple[str, int], list[dict]] = {(n, c): [] for n in names for c in args.concurrency}
         order = list(names)
         for rep in range(args.repeats):
+            if rep and args.restart:
+                start(first=False)
             for c in args.concurrency:
                 batch = prompts[: args.prompts_c1] if c == 1 else prompts[: args.prompts_cn * c]
                 lengths = answer_lengths(len(batch), args.max_tokens, args.lengths)
@@ -348,7 +368,6 @@ def run_group(names: list[str], rows: dict, target: Path, prompts: list[list[int
                     print(f"  rep {rep + 1}/{args.repeats} c={c} {name}: {r['tokens'] / r['seconds']:.1f} tok/s",
                           flush=True)
             order = order[1:] + order[:1]  # rotate who goes first
-        starts = {n: e.start_seconds for n, e in engines.items()}
     finally:
         for e in engines.values():
             e.close()
@@ -392,6 +411,7 @@ def parser() -> argparse.ArgumentParser:
                          "built-in Medusa has no MRV2 backend: its row is dropped")
     add_prefix_cache_option(ap)
     add_lengths_option(ap)
+    add_restart_option(ap)
     ap.add_argument("--step-time", type=Path, default=None, metavar="DIR",
                     help="time the parts of every engine's steps into DIR (bench/steptime.py); python -m bench.steptime "
                          "DIR summarises them")
@@ -489,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu_runtime": args.cpu_runtime, "ld_preload": preload_env().get("LD_PRELOAD", ""),
                      "parallel_start": args.parallel_start, "warmup_tokens": args.warmup_tokens or args.max_tokens,
                      "runner": args.runner, "stream": args.stream, "prefix_cache": args.prefix_cache,
-                     "lengths": args.lengths},
+                     "lengths": args.lengths, "restart": args.restart},
         "rows": results,
         "paired": paired,
         "runtime": runtime,

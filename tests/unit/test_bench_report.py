@@ -118,3 +118,42 @@ def test_lengths_option_in_both_benchmarks():
 
     for parse in (bench.policy.parser().parse_args, bench.run.parser().parse_args):
         assert parse([]).lengths == "fixed" and parse(["--lengths", "varied"]).lengths == "varied"
+
+
+class _FakeEngine:
+    """bench.run.Engine without a process: answers each run with the instance that ran it."""
+
+    made: list = []
+
+    def __init__(self, name, model, spec, env, log_dir, max_num_seqs, max_model_len=2048, wait=True, log_mode="w"):
+        self.name, self.log_mode, self.closed, self.start_seconds = name, log_mode, False, 1.0
+        _FakeEngine.made.append(self)
+
+    def wait_ready(self):
+        pass
+
+    def run(self, prompts, concurrency, max_tokens, stream=False, fresh_prefix_cache=False):
+        assert not self.closed
+        return {"tokens": 1, "seconds": 1.0, "outputs": [], "engine": self}
+
+    def close(self):
+        self.closed = True
+
+
+def test_restart_gives_each_repetition_engines_of_its_own(monkeypatch, tmp_path):
+    """``--restart``: every repetition after the first runs on newly started engines (their log appended to);
+    without it, one engine per row serves every repetition."""
+    import bench.run
+
+    monkeypatch.setattr(bench.run, "Engine", _FakeEngine)
+    rows = {"no speculation": {"spec": None, "env": {}}, "our EAGLE-3": {"spec": {}, "env": {}}}
+    for restart, instances in ((False, 1), (True, 3)):
+        _FakeEngine.made = []
+        args = bench.run.parser().parse_args(["--repeats", "3", "--concurrency", "8", "--stream"]
+                                             + (["--restart"] if restart else []))
+        g = bench.run.run_group(list(rows), rows, tmp_path, [[1]] * 8, args, tmp_path)
+        for name in rows:
+            used = [p["engine"] for p in g["phases"][(name, 8)]]
+            assert len(used) == 3 and len(set(map(id, used))) == instances
+        assert len(_FakeEngine.made) == 2 * instances and all(e.closed for e in _FakeEngine.made)
+        assert [e.log_mode for e in _FakeEngine.made] == ["w", "w"] + ["a", "a"] * (instances - 1)
