@@ -1,6 +1,7 @@
 """``make bench``: speculative decoding on SmolLM2-135M-Instruct, our plugins side by side with vLLM's drafters.
 
-Rows (each a real vLLM engine in its own process, kept alive for the whole group):
+Rows (each a real vLLM engine in its own process, kept alive for the whole group; with ``--restart`` started afresh
+for each repetition):
 no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
 without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; our EAGLE-3, alone and with
 prompt-lookup drafts beside it (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=on``); vLLM's n-gram drafter. All
