@@ -269,6 +269,10 @@ class _Bucket:
     """Which of the other k values the next probe measures (round robin)."""
     history: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=PAIR_HISTORY))
     """The latest timed steps of this bucket, ``(step, k, seconds)``: a probe's samples and those around it."""
+    lookup_steps: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=LOOKUP_WINDOW))
+    """Steps in which only prompt lookup's drafts were verified (the model's ``k`` 0 in them and the step before):
+    ``(seconds, draft tokens verified)``, what verifying a draft token costs without drafting any
+    (:meth:`AdaptivePolicy.lookup_token_cost`)."""
 
 
 #: Where a request's pending drafts come from (:meth:`AdaptivePolicy.note_sources`): the plugin's model, or prompt
@@ -282,6 +286,9 @@ PAIR_HISTORY = 96
 PAIR_BEFORE, PAIR_AFTER = 24, 12
 #: Probes (runs) whose ratios are kept per cell; their median is the cell's ratio.
 PAIR_KEEP = 3
+#: Steps that verified only prompt lookup's drafts kept per bucket, and the fewest that give its cost per token.
+LOOKUP_WINDOW = 32
+LOOKUP_MIN_STEPS = 8
 
 
 @dataclass
@@ -329,6 +336,7 @@ class AdaptivePolicy:
         #: for the lookup's drafts; the model's are verified up to it (``k`` itself unless lookup's drafts raised it;
         #: set with ``k`` below)
         self._timed_alone = [True, True]  # the step before and this one drafted the model's k for every request
+        self._k_models = [-1, -1]  # the model's k in the step before and this one (-1: none yet)
         self.buckets: dict[int, _Bucket] = {}
         self.requests: dict[str, _Request] = {}
         self.step = 0
@@ -536,6 +544,7 @@ class AdaptivePolicy:
                 k = kl
                 self.lookup_raised_steps += 1
         self._timed_alone = [self._timed_alone[1], k == self.k_model]
+        self._k_models = [self._k_models[1], self.k_model]
         self.k = k
         self.k_steps[k] += 1
         dt = time.perf_counter() - t0
@@ -616,16 +625,37 @@ class AdaptivePolicy:
         """How many drafts a request whose drafts turn out prompt lookup's verifies (the runner reports each request's
         source): ``argmax_k E_lookup(k) / t(b, k)``, drafting beating plain decoding by ``draft_margin``.
 
-        ``t(b, k)`` is the cost measured for a step in which every request verifies ``k`` of the model's drafts, which
-        errs towards fewer: a lookup draft costs no forward, and the requests without a match verify only the model's
-        ``k_model``."""
-        costs = self.costs(bucket_of(b))
+        ``t(b, k)`` is what a step costs in which every request verifies ``k`` drafts without drafting them:
+        ``t(b, 0) + b * k * c``, with ``c`` the cost of verifying one draft token measured in the steps that verified
+        only the lookup's (:meth:`lookup_token_cost`). Until enough such steps were timed, the cost measured for a
+        step in which every request verifies ``k`` of the model's drafts, which errs towards fewer: it includes
+        drafting them (at a batch of 16 on this project's CPU with EAGLE-3, a step that drafted and verified one token
+        per request cost 1.45x a plain step, verifying one lookup draft per request without drafting about 1.3x), and
+        the requests without a match verify only the model's ``k_model``."""
+        bucket = bucket_of(b)
+        costs = self.costs(bucket)
         if 0 not in costs:
             return 0
+        c = self.lookup_token_cost(bucket)
+        if c is not None:
+            costs = {k: costs[0] + b * k * c for k in range(self.k_max + 1)}
         al = self.lookup_alphas()
         rates = {k: self.expected_tokens(al, k) / t for k, t in costs.items() if t > 0}
         best = max(rates, key=lambda k: (rates[k], -k), default=0)
         return best if rates[best] > rates[0] * (1 + self.cfg.draft_margin) else 0
+
+    def lookup_token_cost(self, bucket: int) -> float | None:
+        """Seconds a step spends verifying one draft token beyond a plain step, at ``bucket``: the median over the
+        latest steps that verified only prompt lookup's drafts (at least ``LOOKUP_MIN_STEPS``) of their time less
+        the median plain step's, per draft token verified (at least 0); ``None`` until then, or with no plain step
+        measured. Medians on both sides: the slow steps a shared machine adds to either cancel out."""
+        bk = self.buckets.get(bucket)
+        cell = bk.cells.get(0) if bk else None
+        if bk is None or cell is None or cell.n < self.cfg.min_samples or len(bk.lookup_steps) < LOOKUP_MIN_STEPS:
+            return None
+        plain = sorted(cell.samples)[(len(cell.samples) - 1) // 2]
+        per_token = sorted((dt - plain) / n for dt, n in bk.lookup_steps)
+        return max(per_token[(len(per_token) - 1) // 2], 0.0)
 
     def _probe_cost_bound(self, bucket: int, best: int, probe: int) -> int:
         """Steps between probes for which a probe of ``probe`` costs at most ``probe_budget`` of the time at
@@ -840,6 +870,9 @@ class AdaptivePolicy:
         self._t_last_end = now
         if start is None or not pure_decode or b <= 0:
             return
+        if self._lookup_pending and n_verified and self._k_models == [0, 0]:
+            # only the lookup's drafts verified, none drafted by the model: what verifying a draft token costs
+            self._time_lookup(b, now - start, n_verified)
         if not all(self._timed_alone):
             # Lookup raised k in this step or the one before. Where no lookup draft was verified in it and the model's
             # were verified at the k_model it drafts now, it is a step of the model's at k_model (and a lookup search,
@@ -876,6 +909,17 @@ class AdaptivePolicy:
             self._purge()
         if self.stats_path and now - self._last_stats_write > 5.0:
             self.write_stats()
+
+    def _time_lookup(self, b: int, dt: float, n_verified: int) -> None:
+        if self.cfg.cost_model is not None:  # tests and simulations: a cost the machine's load cannot change
+            plain, per_draft = self.cfg.cost_model
+            dt = b * plain + per_draft * n_verified
+        if dt <= 0:
+            return
+        bk = self.buckets.get(bucket_of(b))
+        if bk is None:
+            bk = self._new_bucket(bucket_of(b))
+        bk.lookup_steps.append((dt, n_verified))
 
     def _purge(self) -> None:
         old = [r for r, st in self.requests.items() if self.step - st.last_seen > 256]
@@ -931,6 +975,9 @@ class AdaptivePolicy:
                 "expected_speedup": {str(k): round(r / rates[0], 3)
                                      for k, r in sorted(rates.items())} if rates.get(0) else {},
             }
+            c = self.lookup_token_cost(bucket)
+            if c is not None:  # measured in the steps that verified only prompt lookup's drafts
+                out["buckets"][str(bucket)]["lookup_token_ms"] = round(1e3 * c, 4)
         return out
 
     def summary_line(self) -> str:
@@ -992,5 +1039,7 @@ def format_summary(s: dict[str, Any]) -> str:
             cut = {k: f for k, f in v.get("verified_fraction", {}).items() if f < 0.995}
             if cut:  # requests cut from verification: the steps at k verified this fraction of the batch
                 sp += " (verified " + ", ".join(f"{k}: {100 * f:.0f}%" for k, f in cut.items()) + " of the batch)"
+            if "lookup_token_ms" in v:
+                sp += f"; verifying a lookup draft token {v['lookup_token_ms']} ms"
             lines.append(f"  {'<= ' + b:<11} {v['best_k']!s:<7} {ms:<36} {sp}")
     return "\n".join(lines)

@@ -81,6 +81,10 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
     # the lookup's drafts accept more than the model's, and drafted more than the model in some steps
     assert lk["acceptance_per_position"][0] > stats["acceptance_per_position"][0]
     assert stats["lookup_raised_steps"] > 0
+    # the steps that verified only the lookup's drafts timed what verifying one costs: the cost model's 1/3 of a
+    # plain token
+    costs = {b: v["lookup_token_ms"] for b, v in stats["buckets"].items() if "lookup_token_ms" in v}
+    assert costs and all(c == pytest.approx(333.3, abs=0.1) for c in costs.values()), stats["buckets"]
 
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
