@@ -538,7 +538,7 @@ class AdaptivePolicy:
         if self._lookup_pending:
             self._decay_pooled(self.cfg.decay, self.k, lookup=True)
         k = self.k_model = self._decide(b)
-        if self.sources_seen and self._probe_k is None and self.cfg.mode == "adaptive":
+        if self.sources_seen and self._probe_k is None and self.cfg.mode == "adaptive" and self._measured(b, k):
             kl = self._lookup_k(b)
             if kl > k:  # the lookup's drafts verified up to kl; the model drafts k_model, verified up to it
                 k = kl
@@ -620,6 +620,22 @@ class AdaptivePolicy:
             return self._explore(bucket, probe, cfg.probe_steps)
         self._set_best(bk, bucket, best, rates)
         return best
+
+    def _measured(self, b: int, k: int) -> bool:
+        """Whether the model's ``k`` has been timed at ``b``'s bucket (``min_samples`` steady steps), is 0, or the
+        bucket's costs are its own. Where a bucket chose ``k`` on cost ratios borrowed from another batch size, the
+        lookup does not raise ``k`` past it until it has been timed: a step whose widths the lookup mixed is not
+        timed, and where a match is pending in nearly every step (a large batch), the model's ``k`` would never be
+        timed here, and could draft on where it does not pay."""
+        bucket = bucket_of(b)
+        if k <= 0:
+            return True
+        bk = self.buckets.get(bucket)
+        cell = bk.cells.get(k) if bk else None
+        if cell is not None and cell.n >= self.cfg.min_samples:
+            return True
+        own = self._own_costs(bucket)
+        return (0 in own and self.k_max in own) or self._nearest_complete(bucket) is None
 
     def _lookup_k(self, b: int) -> int:
         """How many drafts a request whose drafts turn out prompt lookup's verifies (the runner reports each request's
