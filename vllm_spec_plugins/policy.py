@@ -74,6 +74,12 @@ ENV_MAX_PROBE = "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL"
 ENV_COST_MODEL = "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL"
 
 
+def lower_median(values: list[float]) -> float:
+    """The median of ``values`` (not empty), the lower of the middle two for an even count."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def lower_quartile(values: list[float]) -> float:
     """The lower quartile of ``values`` (not empty): the ``(n - 1) // 4``-th smallest."""
     ordered = sorted(values)
@@ -482,9 +488,8 @@ class AdaptivePolicy:
             for k, c in trusted.items():
                 if k != bk.best and c.ratios:
                     ref = c.ratios[-1][0]
-                    rs = sorted(r for j, r in c.ratios if j == ref)
                     if ref in own:
-                        known[k] = rs[(len(rs) - 1) // 2] * own[ref]
+                        known[k] = lower_median([r for j, r in c.ratios if j == ref]) * own[ref]
         ks = sorted(known)
         out = {}
         for k in range(self.k_max + 1):
@@ -560,9 +565,7 @@ class AdaptivePolicy:
         if cfg.mode == "pinned":
             return int(cfg.pin or 0)
         bucket = bucket_of(b)
-        bk = self.buckets.get(bucket)
-        if bk is None:
-            bk = self._new_bucket(bucket)
+        bk = self._bucket(bucket)
         if self._probe_bucket == bucket and self._probe_k is not None and (
                 self._probe_left > 0 or (self._probe_k > 0 and self._probe_seen < cfg.probe_drafts
                                          and self._probe_taken < cfg.probe_max_steps)):
@@ -669,9 +672,8 @@ class AdaptivePolicy:
         cell = bk.cells.get(0) if bk else None
         if bk is None or cell is None or cell.n < self.cfg.min_samples or len(bk.lookup_steps) < LOOKUP_MIN_STEPS:
             return None
-        plain = sorted(cell.samples)[(len(cell.samples) - 1) // 2]
-        per_token = sorted((dt - plain) / n for dt, n in bk.lookup_steps)
-        return max(per_token[(len(per_token) - 1) // 2], 0.0)
+        plain = lower_median(cell.samples)
+        return max(lower_median([(dt - plain) / n for dt, n in bk.lookup_steps]), 0.0)
 
     def _probe_cost_bound(self, bucket: int, best: int, probe: int) -> int:
         """Steps between probes for which a probe of ``probe`` costs at most ``probe_budget`` of the time at
@@ -692,6 +694,10 @@ class AdaptivePolicy:
         per_step = max(bucket, 1) * self.expected_tokens(self.alphas(), k - 1)
         need = 1 + math.ceil(cfg.probe_drafts / per_step)  # its first step verifies the drafts made before it
         return max(cfg.probe_steps, min(cfg.probe_max_steps, need))
+
+    def _bucket(self, bucket: int) -> _Bucket:
+        """``bucket``'s state, new (:meth:`_new_bucket`) for a batch size seen for the first time."""
+        return self.buckets.get(bucket) or self._new_bucket(bucket)
 
     def _new_bucket(self, bucket: int) -> _Bucket:
         """A batch size seen for the first time probes as rarely as the most confident bucket so far:
@@ -901,14 +907,10 @@ class AdaptivePolicy:
         dt = now - start
         full = b * k_verified
         verified = full if n_verified is None else max(0, min(n_verified, full))
-        if self.cfg.cost_model is not None:  # tests and simulations: a cost the machine's load cannot change
-            plain, per_draft = self.cfg.cost_model
-            dt = b * plain + per_draft * verified
+        dt = self._charged(b, verified, dt)
         if dt <= 0:
             return
-        bk = self.buckets.get(bucket_of(b))
-        if bk is None:
-            bk = self._new_bucket(bucket_of(b))
+        bk = self._bucket(bucket_of(b))
         cell = bk.cells.setdefault(k_drafted, _Cell(window=self.cfg.cost_window))
         cell.add(dt, verified / full if full else 1.0)
         if not bk.history or bk.history[-1][1] != k_drafted:
@@ -926,15 +928,19 @@ class AdaptivePolicy:
         if self.stats_path and now - self._last_stats_write > 5.0:
             self.write_stats()
 
+    def _charged(self, b: int, verified: int, dt: float) -> float:
+        """A step's cost: its wall time ``dt``, or with ``cost_model`` (tests and simulations: a cost the machine's
+        load cannot change) ``b * plain + per_draft * verified``."""
+        if self.cfg.cost_model is None:
+            return dt
+        plain, per_draft = self.cfg.cost_model
+        return b * plain + per_draft * verified
+
     def _time_lookup(self, b: int, dt: float, n_verified: int) -> None:
-        if self.cfg.cost_model is not None:  # tests and simulations: a cost the machine's load cannot change
-            plain, per_draft = self.cfg.cost_model
-            dt = b * plain + per_draft * n_verified
+        dt = self._charged(b, n_verified, dt)
         if dt <= 0:
             return
-        bk = self.buckets.get(bucket_of(b))
-        if bk is None:
-            bk = self._new_bucket(bucket_of(b))
+        bk = self._bucket(bucket_of(b))
         bk.lookup_steps.append((dt, n_verified))
 
     def _purge(self) -> None:
