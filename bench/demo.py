@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.run import Engine
     from bench.smollm2 import _DONE, MODEL_DIR, ensure_smollm2
     from vllm_spec_plugins.cpu_env import hint, preload_env
-    from vllm_spec_plugins.demo import print_acceptance, served_by
+    from vllm_spec_plugins.demo import lookup_line, print_acceptance, served_by
 
     spec_cfg, described = speculative_config(args.drafter, args.spec_tokens)
     if not Path(spec_cfg["model"], "config.json").is_file():
@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{tps['spec']:.1f} tokens/s")
     print(f"text identical with and without speculation: {same}")
     print_acceptance(spec)
-    print(served_by(engines["spec"].log_path.read_text()))
+    log = engines["spec"].log_path.read_text()
+    print(served_by(log))
+    print(lookup_line(log))
     for line in verdict(res["base"], res["spec"], spec_cfg["num_speculative_tokens"]):
         print(line)
     if hint():

@@ -28,6 +28,17 @@ def served_by(log: str) -> str:
     return m.group(0) if m else "NOT served by a vllm-spec-plugins plugin"
 
 
+def lookup_line(log: str) -> str:
+    """Whether prompt-lookup drafts ran beside the plugin's (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP``), from the engine's
+    log: the acceptance printed counts both."""
+    if re.search(r"vllm_spec_plugins: VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=\S+( \(the default\))?: prompt-lookup drafts", log):
+        return ("prompt lookup: on beside the draft (each request takes whichever paid; the acceptance above counts "
+                "both; VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=off for the draft alone)")
+    m = re.search(r"vllm_spec_plugins: no prompt-lookup drafts beside .*?: (.*?)(\. VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=on|$)",
+                  log, re.M)
+    return f"prompt lookup: off ({m.group(1)})" if m else "prompt lookup: off"
+
+
 def print_acceptance(spec: dict[str, Any]) -> None:
     drafts, proposed, accepted = spec.get("drafts", 0), spec.get("draft_tokens", 0), spec.get("accepted", 0)
     print(f"drafts: {drafts} steps, {proposed} tokens proposed, {accepted} accepted "
@@ -46,9 +57,11 @@ def tiny(args: argparse.Namespace) -> int:
     print(f"target: {target} (random 2-layer Llama, byte tokenizer)\ndraft:  {draft} (Medusa)\n")
     print("running vLLM without speculation ...", flush=True)
     base = run_engine(target, text_prompts=TINY_PROMPTS, max_tokens=args.max_tokens)
-    print("running vLLM with --spec-model (Medusa plugin) ...", flush=True)
+    print("running vLLM with --spec-model (Medusa plugin; prompt lookup off, so every draft is the plugin's) ...",
+          flush=True)
     spec = run_engine(target, text_prompts=TINY_PROMPTS, max_tokens=args.max_tokens,
-                      speculative_config={"model": str(draft), "num_speculative_tokens": args.spec_tokens})
+                      speculative_config={"model": str(draft), "num_speculative_tokens": args.spec_tokens},
+                      env={"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off"})
     print()
     for p, a, b in zip(TINY_PROMPTS, base.texts, spec.texts):
         print(f"prompt {p!r}\n  no speculation: {a!r}\n  with Medusa:    {b!r}\n")

@@ -204,6 +204,22 @@ class PolicySettings:
         return cls(mode="pinned", pin=k, **kw)
 
 
+def not_adaptive(settings: PolicySettings, vllm_config: Any) -> str | None:
+    """Why the adaptive policy will not choose ``k`` for this engine's steps (``patch.scheduler.attach`` leaves it
+    out, or pins ``k``), or ``None`` where it will."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    dp = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_size", 1) or 1
+    if settings.mode == "off":
+        return f"{ENV_POLICY}=off"
+    if settings.mode == "pinned":
+        return f"{ENV_POLICY}={settings.pin} pins k"
+    if getattr(spec, "num_speculative_tokens_per_batch_size", None):
+        return "num_speculative_tokens_per_batch_size is set: vLLM's static schedule decides k"
+    if dp > 1:
+        return f"data parallel size {dp}"
+    return None
+
+
 @dataclass
 class _Cell:
     """Step times of one ``(bucket, k)``: the lower quartile of the last ``window`` steady samples.

@@ -1,4 +1,5 @@
-"""Prompt lookup beside a plugin drafter, with the adaptive policy on (both runners, synchronous scheduling): the
+"""Prompt lookup beside a plugin drafter, by default (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` unset: ``auto``), with the
+adaptive policy on (both runners, synchronous scheduling): the
 runner tells the scheduler which requests' drafts are the lookup's (patches 20/22 and 21); the policy keeps their
 acceptance apart, verifies them at the k they pay for, and the model's at the model's own k, which the runner drafts
 (0: lookup's drafts alone; MRV2 learns it through patch 23).
@@ -24,8 +25,9 @@ from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 
 K = 3
+#: prompt lookup as a user gets it: the variable unset (``auto``: on with the adaptive policy and synchronous scheduling)
 POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.3333",
-              ENV_LOOKUP: "on"}
+              ENV_LOOKUP: None}
 
 
 _RUNS: dict[tuple[str, int, str], tuple] = {}
@@ -56,6 +58,7 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
     scheduler gets placeholders) and the sources travel the same way."""
     r, records, stats = _run(tiny, tmp_path_factory, runner, tp, kind)
     assert r.outputs == baseline_eagle_lengths.outputs
+    assert f"{ENV_LOOKUP}=auto (the default): prompt-lookup drafts (n-grams of 2 to 4 tokens)" in r.log
     pending: dict[str, tuple[int, int, int]] = {}  # request -> (who drafted its pending drafts, k, model's k)
     verified = accepted = model_verified = 0
     lookup_only = 0

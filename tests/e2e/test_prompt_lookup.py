@@ -20,7 +20,7 @@ from vllm_spec_plugins.testing.engine import run_engine
 K = 3
 
 
-def _run(tiny, tmp_path_factory, kind: str, runner: str, lookup: str = "on"):
+def _run(tiny, tmp_path_factory, kind: str, runner: str, lookup: str | None = "on"):
     trace = tmp_path_factory.mktemp(f"trace-{kind}-{runner}-{lookup}")
     spec = {"model": str(tiny[kind]), "num_speculative_tokens": K}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=EAGLE_LENGTHS,
@@ -103,8 +103,11 @@ def test_mrv2_drafts_what_v1_drafts(runs, kind):
 
 def test_lookup_raises_acceptance_over_the_plugin_alone(runs):
     with_lookup, _ = runs("medusa", "v1")
-    alone, records = runs("medusa", "v1", "off")
+    # the variable unset (auto) with the policy off: no lookup (it pays where each source is verified at its own k)
+    alone, records = runs("medusa", "v1", None)
     assert all(rec["lookup"] is None for rec in records)  # off: no choice is made
+    assert ("no prompt-lookup drafts beside those of plugin 'medusa'" in alone.log
+            and "the adaptive policy does not choose k here (VLLM_SPEC_PLUGINS_POLICY=off)" in alone.log), alone.log[-3000:]
     assert with_lookup.outputs == alone.outputs
     # per draft token verified, and in all: the tiny target repeats itself, which the tiny Medusa cannot predict
     assert with_lookup.metrics["accepted"] > 1.5 * alone.metrics["accepted"], (with_lookup.metrics, alone.metrics)

