@@ -3,8 +3,11 @@
 Rows (each a real vLLM engine in its own process, kept alive for the whole group; with ``--restart`` started afresh
 for each repetition):
 no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
-without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; our EAGLE-3, alone and with
-prompt-lookup drafts beside it (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP=on``); vLLM's n-gram drafter. All
+without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; our EAGLE-3, as a user gets it
+and as the draft alone; vLLM's n-gram drafter. A row named ``our ...`` runs what a user gets by default, prompt-lookup
+drafts beside the plugin's included (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` unset: ``auto``, on with the adaptive
+policy); ``our ..., draft alone`` sets it ``off`` (``--rows`` only for Medusa and EAGLE-1; measurements before
+prompt lookup became the default ran the draft alone as ``our ...``). All
 engines of a group are started first, then their timed phases are interleaved round
 robin, repetition after repetition, so machine drift hits every row alike; ratios
 (speedup over no speculation, ours over built-in) are taken within a repetition and
@@ -241,12 +244,17 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
     eag3 = DRAFTS / "smollm2-eagle3"
     if (eag3 / "config.json").is_file():  # no "method": the config's stamp picks our plugin, the folder name eagle3
         rows["our EAGLE-3"] = {"spec": {"model": str(eag3), "num_speculative_tokens": k_eagle3}, "env": {}}
-        # prompt-lookup drafts beside the model's, chosen per request (runtime/lookup.py)
+        # prompt-lookup drafts beside the model's, chosen per request (runtime/lookup.py): asked for, whatever the
+        # policy (with the adaptive policy, what the row above runs by default)
         rows["our EAGLE-3, prompt lookup"] = {"spec": rows["our EAGLE-3"]["spec"],
                                               "env": {"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "on"}}
         # (--rows only) the forward never told kv_only: the whole draft runs in passes whose outputs are discarded
         rows["our EAGLE-3, whole forward in discarded passes"] = {"spec": rows["our EAGLE-3"]["spec"],
                                                                   "env": {"VLLM_SPEC_PLUGINS_KV_ONLY": "0"}}
+    # the plugin's drafts alone, without prompt lookup beside them
+    for name in ("our Medusa", "our EAGLE", "our EAGLE-3"):
+        if name in rows:
+            rows[f"{name}, draft alone"] = {**rows[name], "env": {**rows[name]["env"], **LOOKUP_OFF}}
     # vLLM's own prompt lookup, as bench.policy runs it (what a CPU user would try first)
     rows["vLLM n-gram"] = {"spec": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
                                     "prompt_lookup_min": 2}, "env": {}}
@@ -256,6 +264,7 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
 
 
 NO_RT = ", no LD_PRELOAD"
+LOOKUP_OFF = {"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off"}
 #: ``--quick``: no speculation and our two drafters (the built-in comparisons need the full run). Five
 #: engines at once (about 3.5 GB each) took 5.7 minutes and were killed for memory on a shared 23 GiB machine.
 QUICK_ROWS = ("no speculation", "our Medusa", "our EAGLE")
@@ -458,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
     if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
-        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n]
+        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and "alone" not in n]
     elif args.rows:
         unknown = [n for n in args.rows if n not in rows]
         if unknown:
@@ -467,10 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        groups = [[n for n in rows if "EAGLE" not in n and "n-gram" not in n],
-                  ["no speculation"] + [n for n in rows if "EAGLE" in n and "EAGLE-3" not in n]]
+        full = [n for n in rows if "draft alone" not in n]
+        groups = [[n for n in full if "EAGLE" not in n and "n-gram" not in n],
+                  ["no speculation"] + [n for n in full if "EAGLE" in n and "EAGLE-3" not in n]]
         if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB
-            groups.append(["no speculation", "our EAGLE-3", "our EAGLE-3, prompt lookup", "vLLM n-gram"])
+            groups.append(["no speculation", "our EAGLE-3", "our EAGLE-3, draft alone", "vLLM n-gram"])
     t0 = time.perf_counter()
     results = []
     paired = []
