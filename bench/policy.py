@@ -9,7 +9,8 @@ phases interleaved round robin with the no-speculation row of the same group):
 * the same with vLLM's static ``num_speculative_tokens_per_batch_size`` schedule, tuned by hand
   the way an operator would from the fixed-K rows of ``make bench``: speculation paid at
   concurrency 1 and lost at 8, so K for batches of 1-2 requests and 0 from 3 up;
-* the same with our adaptive policy (the default: no flag, no tuning);
+* the same with our adaptive policy (the default: no flag, no tuning; prompt-lookup drafts beside the plugin's
+  included, which the adaptive policy turns on by default: runtime/lookup.py);
 * the same pinned to ``k = 0`` (``VLLM_SPEC_PLUGINS_POLICY=0``): the drafter loaded but never
   drafting, the floor under every step the policy spends at ``k = 0``.
 
