@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from vllm_spec_plugins.demo import lookup_line
 from vllm_spec_plugins.runtime.lookup import (
     AUTO_MAX_TABLE_BYTES,
     ENV_LOOKUP,
@@ -157,6 +158,8 @@ def test_auto_turns_lookup_on_where_it_can_serve_and_pay(monkeypatch, caplog):
         DrafterRuntime._setup_lookup(rt, AUTO, cfg, torch.device("cpu"))  # type: ignore[arg-type]
     assert isinstance(rt.lookup, PromptLookup) and rt.lookup.cfg == AUTO
     assert f"{ENV_LOOKUP}=auto (the default): prompt-lookup drafts (n-grams of 2 to 4 tokens)" in caplog.text
+    # what the demos print is read from this very line
+    assert lookup_line(caplog.text).startswith("prompt lookup: on beside the draft")
     # the table auto sizes is the one allocated
     assert rt.lookup.pool.tensors["tokens"].nbytes == PromptLookup.table_bytes(2, 32)
 
@@ -187,6 +190,9 @@ def test_auto_leaves_lookup_off_where_it_cannot_serve_or_is_not_known_to_pay(mon
     assert re.search(f"no prompt-lookup drafts beside those of plugin 'medusa' .*{ENV_LOOKUP} unset or auto.*: {why}",
                      caplog.text), caplog.text
     assert (f"{ENV_LOOKUP}=on turns them on anyway" in caplog.text) == (on_runs is not False)
+    # what the demos print is read from this very line: off, and why
+    said = lookup_line(caplog.text)
+    assert said.startswith("prompt lookup: off (") and re.search(why, said), said
     if on_runs:  # asked for, it runs (where it cannot, it is refused: test_start_up_refuses_what_lookup_cannot_serve)
         DrafterRuntime._setup_lookup(rt, LookupConfig(2, 4), cfg, torch.device("cpu"))  # type: ignore[arg-type]
         assert isinstance(rt.lookup, PromptLookup)
