@@ -222,6 +222,10 @@ def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tu
     return ids, texts
 
 
+#: the suffix of the rows without prompt lookup beside the plugin's drafts (``--rows`` only, but EAGLE-3's)
+DRAFT_ALONE = "draft alone"
+
+
 def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagle3: int = 3) -> dict[str, dict]:
     med, eag = DRAFTS / "smollm2-medusa", DRAFTS / "smollm2-eagle"
     med_b = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head", drop_bias=False)
@@ -254,7 +258,8 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
     # the plugin's drafts alone, without prompt lookup beside them
     for name in ("our Medusa", "our EAGLE", "our EAGLE-3"):
         if name in rows:
-            rows[f"{name}, draft alone"] = {**rows[name], "env": {**rows[name]["env"], **LOOKUP_OFF}}
+            rows[f"{name}, {DRAFT_ALONE}"] = {**rows[name], "env": {**rows[name]["env"],
+                                                                    "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off"}}
     # vLLM's own prompt lookup, as bench.policy runs it (what a CPU user would try first)
     rows["vLLM n-gram"] = {"spec": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
                                     "prompt_lookup_min": 2}, "env": {}}
@@ -264,7 +269,6 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
 
 
 NO_RT = ", no LD_PRELOAD"
-LOOKUP_OFF = {"VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off"}
 #: ``--quick``: no speculation and our two drafters (the built-in comparisons need the full run). Five
 #: engines at once (about 3.5 GB each) took 5.7 minutes and were killed for memory on a shared 23 GiB machine.
 QUICK_ROWS = ("no speculation", "our Medusa", "our EAGLE")
@@ -467,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
     if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
-        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and "alone" not in n]
+        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and DRAFT_ALONE not in n]
     elif args.rows:
         unknown = [n for n in args.rows if n not in rows]
         if unknown:
@@ -476,11 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        full = [n for n in rows if "draft alone" not in n]
+        full = [n for n in rows if DRAFT_ALONE not in n]
         groups = [[n for n in full if "EAGLE" not in n and "n-gram" not in n],
                   ["no speculation"] + [n for n in full if "EAGLE" in n and "EAGLE-3" not in n]]
         if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB
-            groups.append(["no speculation", "our EAGLE-3", "our EAGLE-3, draft alone", "vLLM n-gram"])
+            groups.append(["no speculation", "our EAGLE-3", f"our EAGLE-3, {DRAFT_ALONE}", "vLLM n-gram"])
     t0 = time.perf_counter()
     results = []
     paired = []
