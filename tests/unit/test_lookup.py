@@ -107,6 +107,44 @@ def test_choice_per_request_follows_what_each_source_got_accepted():
     assert lk.compose(rows2, model[:1], npos).tolist() == [[4, 4]]
 
 
+def test_a_step_whose_model_drafts_nothing_takes_every_match():
+    """Where the policy verifies only the lookup's drafts (the model's ``k`` 0), a request whose lookup fell behind
+    its model takes its match anyway: the model's drafts would be cut to none, and the rates, which move only with
+    drafts verified, would keep the request from drafting for as long as the model's ``k`` stays 0."""
+    lk = PromptLookup(LookupConfig(2, 2), requests=2, max_len=32, max_tokens=32, device=torch.device("cpu"))
+    rows = lk.rows(["a", "b"], lambda r: None)
+    seqs: list[list[int]] = [[], []]
+    npos = _step(lk, rows, seqs, [1, 1], [[1, 2, 3, 1, 2], [7, 8, 9]])
+    model = torch.tensor([[50, 51], [60, 61]])
+    lk.compose(rows, model, npos)
+    assert lk.chosen is not None and lk.chosen.tolist() == [LOOKUP, MODEL]
+    npos = _step(lk, rows, seqs, [1, 1], [[4, 1, 2], [9]])  # a's "3 1" rejected (4 came), "1 2" repeats again
+    rate = lk.pool.tensors["rate"][rows]
+    assert rate[0, 1] < rate[0, 0]  # a's lookup now behind its (untried) model
+    assert lk.compose(rows, model, npos).tolist() == [[50, 51], [60, 61]]  # the model drafts: a takes its drafts
+    for model_k in (0, None):  # the model drafted none of the step's k (the lookup's alone) / all of them
+        out = lk.compose(rows, torch.zeros_like(model), npos, model_k)
+        assert lk.chosen.tolist() == ([LOOKUP, MODEL] if model_k == 0 else [MODEL, MODEL])
+        assert out.tolist() == ([[4, 1], [0, 0]] if model_k == 0 else [[0, 0], [0, 0]])
+
+
+def test_the_runtime_tells_the_lookup_how_many_drafts_the_model_made():
+    """The proposers resolve the model's share of the step's ``k`` (``_model_k``) before composing: the lookup sees
+    it, and a step whose model drafted none takes every match."""
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+
+    lk = PromptLookup(LookupConfig(2, 2), requests=2, max_len=32, max_tokens=32, device=torch.device("cpu"))
+    rows = lk.rows(["a"], lambda r: None)
+    npos = _step(lk, rows, [[]], [1], [[1, 2, 3, 1, 2]])
+    lk.pool.tensors["rate"][rows[0]] = torch.tensor([0.9, 0.1])  # its lookup far behind its model
+    rt = SimpleNamespace(lookup=lk, _step={"lookup": (rows, npos), "model_k": 0})
+    assert DrafterRuntime._model_k(rt, 2) == 0  # type: ignore[arg-type]
+    assert DrafterRuntime._lookup_compose(rt, torch.zeros((1, 2), dtype=torch.int64)).tolist() == [[3, 1]]  # type: ignore[arg-type]
+    rt._step["model_k"] = 2
+    assert DrafterRuntime._model_k(rt, 2) == 2  # type: ignore[arg-type]
+    assert DrafterRuntime._lookup_compose(rt, torch.full((1, 2), 7)).tolist() == [[7, 7]]  # type: ignore[arg-type]
+
+
 def test_a_step_without_drafts_chooses_nothing():
     lk = PromptLookup(LookupConfig(2, 4), requests=2, max_len=16, max_tokens=16, device=torch.device("cpu"))
     rows = lk.rows(["a"], lambda r: None)

@@ -344,7 +344,7 @@ class DrafterRuntime:
         seen = self._step.get("lookup")
         if self.lookup is None or seen is None:
             return drafts
-        return self.lookup.compose(seen[0], drafts, seen[1])
+        return self.lookup.compose(seen[0], drafts, seen[1], self._step.get("drafted_by_model"))
 
     def _model_k(self, k: int) -> int:
         """How many of the step's ``k`` drafts the plugin's model drafts: fewer where the policy raised ``k`` for prompt

@@ -10,7 +10,10 @@ lookup on (by default where the adaptive policy chooses ``k`` with synchronous s
   range, longest match first) occur earlier in its own tokens (the most recent occurrence), and its lookup drafts
   have been accepted at least as often as its model drafts (a running average per request, from the accepted
   counts vLLM reports; both start equal, so a match is taken first);
-* the **model** draft otherwise.
+* the **model** draft otherwise; in a step whose model drafts nothing (where the adaptive policy verifies only
+  the lookup's drafts: the model's ``k`` is 0 there), the lookup's wherever it found a match. A request whose lookup
+  fell behind its model would otherwise draft nothing, and its rates, which move only with drafts verified, would
+  keep it so for as long as the model's ``k`` stays 0.
 
 The lookup continues the sequence after the match; where the match is so recent that its continuation runs
 into the tokens being drafted, it repeats with the match's period (``the the the``: ``the``). Every draft is
@@ -236,9 +239,12 @@ class PromptLookup:
         t["rate"][rows, col] = torch.where(verified, (1 - RATE_WEIGHT) * old + RATE_WEIGHT * accepted, old)
         t["source"][rows] = torch.where(produced > 0, 0, src)  # verified, or nothing was drafted
 
-    def compose(self, rows: torch.Tensor, drafts: torch.Tensor, next_pos: torch.Tensor) -> torch.Tensor:
+    def compose(self, rows: torch.Tensor, drafts: torch.Tensor, next_pos: torch.Tensor,
+                model_k: int | None = None) -> torch.Tensor:
         """The step's drafts ``[B, k]``: per request, the lookup's where it found a match and has paid at least
-        as well as the model's so far, else the model's (``drafts``)."""
+        as well as the model's so far, else the model's (``drafts``). ``model_k``: how many of the ``k`` the model
+        drafted (``None``: all). At 0 the model drafted none (the policy raised ``k`` for the lookup's alone), so a
+        request that took the model's would verify nothing: every request with a match takes the lookup's."""
         B, k = drafts.shape[0], drafts.shape[1]
         if k == 0 or B == 0:
             self.chosen = self.rates = None
@@ -247,7 +253,8 @@ class PromptLookup:
         n = (next_pos[:B].to(torch.int64) + 1).clamp(max=self.max_len)
         ld, found = lookup_drafts(t["tokens"][rows], n, k, self.cfg.min_n, self.cfg.max_n)
         rate = self.rates = t["rate"][rows]
-        use = found & (rate[:, 1] >= rate[:, 0])
+        # (model_k is the policy's, on the host: no sync either way)
+        use = found if model_k == 0 else found & (rate[:, 1] >= rate[:, 0])
         self.chosen = torch.where(use, LOOKUP, MODEL)
         t["source"][rows] = self.chosen
         t["drafted"].index_fill_(0, rows, k)  # (a Python number assigned by index is copied to the device: a sync)
