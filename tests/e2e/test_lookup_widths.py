@@ -10,7 +10,8 @@ not. The policy's step costs come from a cost model (drafting k tokens costs 1 +
 Oracles: greedy output equals no speculation; the drafts the policy counts as the lookup's, verified and accepted,
 equal those the trace shows verified in the step after the runner chose lookup for that request (so each source
 reached the scheduler with its request); a request's model drafts are never verified past the number the model
-drafted; some steps drafted from lookup alone. MRV2 drafts what V1 drafts, step by step.
+drafted; some steps drafted from lookup alone, and in those every request with a match took it (also where its
+lookup had fallen behind its model). MRV2 drafts what V1 drafts, step by step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import pytest
 
 from tests.conftest import EAGLE_LENGTHS, PROMPTS
-from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP
+from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP, MODEL, reference_lookup
 from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 
@@ -61,7 +62,7 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
     assert f"{ENV_LOOKUP}=auto (the default): prompt-lookup drafts (n-grams of 2 to 4 tokens)" in r.log
     pending: dict[str, tuple[int, int, int]] = {}  # request -> (who drafted its pending drafts, k, model's k)
     verified = accepted = model_verified = 0
-    lookup_only = 0
+    lookup_only = behind = 0
     for rec in records:
         for b, rid in enumerate(rec["req_ids"]):
             n = int(rec["lookup_verified"][b])
@@ -76,7 +77,18 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
             k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
             lookup_only += mk == 0
             pending.update({rid: (int(rec["lookup"][b]), k, mk) for b, rid in enumerate(rec["req_ids"])})
+            if mk == 0:  # the model drafted nothing: every request with a match takes it, however its rates compare
+                for b, rid in enumerate(rec["req_ids"]):
+                    i = int(base_request_id(rid))
+                    n = int(rec["lookup_next_positions"][b]) + 1
+                    if n > len(PROMPTS[i]) + len(r.outputs[i]):
+                        continue  # past the request's last token
+                    ref = reference_lookup((PROMPTS[i] + r.outputs[i])[:n], k, 2, 4)
+                    assert int(rec["lookup"][b]) == (LOOKUP if ref is not None else MODEL), (rec["step"], rid)
+                    model_rate, lookup_rate = rec["lookup_rates"][b].tolist()
+                    behind += ref is not None and lookup_rate < model_rate
     assert lookup_only > 0, "no step drafted from lookup alone"
+    assert behind > 0, "no request whose lookup was behind its model took a match in a step of the lookup's alone"
     lk = stats["sources"]["lookup"]
     assert verified >= 50 and model_verified >= 50, (verified, model_verified)
     assert (lk["verified_draft_tokens"], lk["accepted_draft_tokens"]) == (verified, accepted), stats["sources"]
