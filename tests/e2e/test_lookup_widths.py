@@ -10,13 +10,16 @@ not. The policy's step costs come from a cost model (drafting k tokens costs 1 +
 Oracles: greedy output equals no speculation; the drafts the policy counts as the lookup's, verified and accepted,
 equal those the trace shows verified in the step after the runner chose lookup for that request (so each source
 reached the scheduler with its request); a request's model drafts are never verified past the number the model
-drafted; some steps drafted from lookup alone, and in those every request with a match took it (also where its
-lookup had fallen behind its model). MRV2 drafts what V1 drafts, step by step.
+drafted; in the steps whose k the policy raised for the lookup's drafts, a request with a match took them exactly
+where its lookup rate times k was at least its model rate times the model's k: in steps drafted from lookup alone every
+request with a match (also where its lookup had fallen behind its model), elsewhere also some whose lookup was behind
+per draft. MRV2 drafts what V1 drafts, step by step.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +28,7 @@ from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP, MODEL, referenc
 from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 
+ROOT = Path(__file__).resolve().parents[2]
 K = 3
 #: prompt lookup as a user gets it: the variable unset (``auto``: on with the adaptive policy and synchronous scheduling)
 POLICY_ENV = {"VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.3333",
@@ -46,6 +50,29 @@ def _run(tiny, tmp_path_factory, runner: str, tp: int = 1, kind: str = "medusa")
                             "VLLM_SPEC_PLUGINS_POLICY_STATS": str(stats)}, runner=runner, tensor_parallel_size=tp)
         _RUNS[key] = (r, load_trace(trace), json.loads(stats.read_text()))
     return _RUNS[key]
+
+
+def _check_choices(rec: dict, seqs: list[list[int]]) -> tuple[int, int]:
+    """A step whose ``k`` the policy raised past the model's for the lookup's drafts: each request took the lookup's
+    exactly where a plain-Python prompt lookup over its true tokens (``seqs``, by request index) finds a match and
+    they are expected to yield as many accepted tokens as the model's (its lookup rate x ``k`` >= its model rate x
+    the model's ``k``, in float32 as the lookup compared them; at a model's ``k`` of 0 every match). Returns how many
+    took a match whose lookup was behind its model per draft, in steps of the lookup's alone and in the others."""
+    k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
+    alone = elsewhere = 0
+    for b, rid in enumerate(rec["req_ids"]):
+        seq = seqs[int(base_request_id(rid))]
+        n = int(rec["lookup_next_positions"][b]) + 1
+        if n > len(seq):
+            continue  # past the request's last token
+        ref = reference_lookup(seq[:n], k, 2, 4)
+        rates = rec["lookup_rates"][b]  # [model, lookup]
+        wins = bool(rates[1] * k >= rates[0] * mk)
+        assert int(rec["lookup"][b]) == (LOOKUP if ref is not None and wins else MODEL), (rec["step"], rid)
+        took_behind = ref is not None and wins and bool(rates[1] < rates[0])
+        alone += took_behind and mk == 0
+        elsewhere += took_behind and mk > 0
+    return alone, elsewhere
 
 
 @pytest.mark.parametrize("kind, tp, runner", [("medusa", 1, "v1"), ("eagle", 1, "v1"), ("medusa", 2, "v1"),
@@ -77,16 +104,8 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
             k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
             lookup_only += mk == 0
             pending.update({rid: (int(rec["lookup"][b]), k, mk) for b, rid in enumerate(rec["req_ids"])})
-            if mk == 0:  # the model drafted nothing: every request with a match takes it, however its rates compare
-                for b, rid in enumerate(rec["req_ids"]):
-                    i = int(base_request_id(rid))
-                    n = int(rec["lookup_next_positions"][b]) + 1
-                    if n > len(PROMPTS[i]) + len(r.outputs[i]):
-                        continue  # past the request's last token
-                    ref = reference_lookup((PROMPTS[i] + r.outputs[i])[:n], k, 2, 4)
-                    assert int(rec["lookup"][b]) == (LOOKUP if ref is not None else MODEL), (rec["step"], rid)
-                    model_rate, lookup_rate = rec["lookup_rates"][b].tolist()
-                    behind += ref is not None and lookup_rate < model_rate
+            if mk < k:  # the policy raised k for the lookup's drafts
+                behind += _check_choices(rec, [p + o for p, o in zip(PROMPTS, r.outputs)])[0]
     assert lookup_only > 0, "no step drafted from lookup alone"
     assert behind > 0, "no request whose lookup was behind its model took a match in a step of the lookup's alone"
     lk = stats["sources"]["lookup"]
@@ -124,3 +143,31 @@ def test_mrv2_drafts_what_v1_drafts(tiny, tmp_path_factory, kind):
     assert len(a) >= 20 and any(mk == 0 for *_, mk in a)
     assert a == b
     assert s1["sources"] == s2["sources"]
+
+
+def test_a_lookup_behind_its_model_per_draft_takes_a_match_it_fills_more_of(tmp_path):
+    """SmolLM2-135M with the shipped EAGLE-3 draft, one request at a time on MT-Bench questions, the policy on a cost
+    model in which a draft token costs a tenth of a plain step: it drafts one model token in most steps and raises
+    ``k`` to 2 or 3 for the lookup's drafts. There a request whose lookup is behind its model per draft (accepted at
+    0.3 against 0.6) still takes a match where the lookup's ``k`` drafts outweigh the model's one (0.9 against 0.6);
+    compared per draft, as before, it took the model's single draft. Greedy output equals no speculation."""
+    from bench.run import held_out_prompt_ids
+    from bench.smollm2 import ensure_smollm2
+
+    target = ensure_smollm2()
+    prompts = held_out_prompt_ids(target, 8, "chat")[0]
+    kw = {"prompts": prompts, "max_tokens": 64, "llm_kwargs": {"max_model_len": 1024, "max_num_seqs": 1}}
+    base = run_engine(target, **kw)
+    draft = ROOT / "bench" / "drafts" / "smollm2-eagle3"
+    trace = tmp_path / "trace"
+    r = run_engine(target, speculative_config={"model": str(draft), "num_speculative_tokens": K},
+                   env={ENV_LOOKUP: None, "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.1",
+                        "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
+                   **kw)
+    assert r.outputs == base.outputs
+    seqs = [p + o for p, o in zip(prompts, r.outputs)]
+    raised = [rec for rec in load_trace(trace) if rec["lookup"] is not None
+              and 0 < rec["lookup_model_k"] < rec["drafts"].shape[1]]
+    assert len(raised) >= 20, len(raised)  # the model drafting, the lookup's k raised past it
+    assert sum(_check_choices(rec, seqs)[1] for rec in raised) > 0, \
+        "no request whose lookup was behind its model per draft took a match it fills more drafts of"

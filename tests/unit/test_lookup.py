@@ -128,6 +128,28 @@ def test_a_step_whose_model_drafts_nothing_takes_every_match():
         assert out.tolist() == ([[4, 1], [0, 0]] if model_k == 0 else [[0, 0], [0, 0]])
 
 
+def test_where_the_policy_raised_k_for_the_lookup_each_source_counts_the_drafts_it_fills():
+    """With the step's ``k`` above the model's share (the policy raised it for the lookup's drafts), a request compares
+    the accepted tokens each source is expected to yield: its lookup rate times ``k`` against its model rate times
+    ``model_k``. A lookup behind its model per draft still wins where it fills enough more of them."""
+    lk = PromptLookup(LookupConfig(2, 2), requests=3, max_len=32, max_tokens=32, device=torch.device("cpu"))
+    rows = lk.rows(["a", "b", "c"], lambda r: None)
+    npos = _step(lk, rows, [[], [], []], [1, 1, 1], [[1, 2, 3, 1, 2], [4, 5, 6, 4, 5], [7, 8, 9]])
+    # [model, lookup]: a 0.6 vs 0.3 (0.9 of 3 against 0.6 of 1: the lookup), b 0.9 vs 0.2 (0.6 against 0.9: the
+    # model), c no match
+    lk.pool.tensors["rate"][rows] = torch.tensor([[0.6, 0.3], [0.9, 0.2], [0.1, 0.9]])
+    model = torch.tensor([[50, 0, 0], [60, 0, 0], [70, 0, 0]])  # the model drafted 1 of the step's 3
+    out = lk.compose(rows, model, npos, 1)
+    assert lk.chosen is not None and lk.chosen.tolist() == [LOOKUP, MODEL, MODEL]
+    assert out.tolist() == [[3, 1, 2], [60, 0, 0], [70, 0, 0]]
+    for model_k in (3, None):  # the model drafted all of the step's k: its rates compared, as before
+        lk.compose(rows, model, npos, model_k)
+        assert lk.chosen.tolist() == [MODEL, MODEL, MODEL]
+    # at equal expected tokens the lookup's (0.25 x 2 = 0.5 x 1)
+    lk.pool.tensors["rate"][rows[0]] = torch.tensor([0.5, 0.25])
+    assert lk.compose(rows, model[:, :2], npos, 1)[0].tolist() == [3, 1]
+
+
 def test_the_runtime_tells_the_lookup_how_many_drafts_the_model_made():
     """The proposers resolve the model's share of the step's ``k`` (``_model_k``) before composing: the lookup sees
     it, and a step whose model drafted none takes every match."""

@@ -241,10 +241,14 @@ class PromptLookup:
 
     def compose(self, rows: torch.Tensor, drafts: torch.Tensor, next_pos: torch.Tensor,
                 model_k: int | None = None) -> torch.Tensor:
-        """The step's drafts ``[B, k]``: per request, the lookup's where it found a match and has paid at least
-        as well as the model's so far, else the model's (``drafts``). ``model_k``: how many of the ``k`` the model
-        drafted (``None``: all). At 0 the model drafted none (the policy raised ``k`` for the lookup's alone), so a
-        request that took the model's would verify nothing: every request with a match takes the lookup's."""
+        """The step's drafts ``[B, k]``: per request, the lookup's where it found a match and they are expected to
+        yield at least as many accepted tokens as the model's, else the model's (``drafts``).
+
+        ``model_k``: how many of the ``k`` the model drafted (``None``: all). Expected accepted tokens are a
+        request's running acceptance rate of a source times the drafts that source fills: ``k`` for the lookup
+        (where the policy raised ``k`` past ``model_k``, for the lookup's drafts), ``model_k`` for the model. With
+        ``model_k == k`` that is the rates compared; at 0 (the model drafted none: a request that took the model's
+        would verify nothing) every request with a match takes the lookup's."""
         B, k = drafts.shape[0], drafts.shape[1]
         if k == 0 or B == 0:
             self.chosen = self.rates = None
@@ -254,7 +258,8 @@ class PromptLookup:
         ld, found = lookup_drafts(t["tokens"][rows], n, k, self.cfg.min_n, self.cfg.max_n)
         rate = self.rates = t["rate"][rows]
         # (model_k is the policy's, on the host: no sync either way)
-        use = found if model_k == 0 else found & (rate[:, 1] >= rate[:, 0])
+        mk = k if model_k is None else model_k
+        use = found & (rate[:, 1] >= rate[:, 0] if mk == k else rate[:, 1] * k >= rate[:, 0] * mk)
         self.chosen = torch.where(use, LOOKUP, MODEL)
         t["source"][rows] = self.chosen
         t["drafted"].index_fill_(0, rows, k)  # (a Python number assigned by index is copied to the device: a sync)
