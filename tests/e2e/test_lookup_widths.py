@@ -145,26 +145,35 @@ def test_mrv2_drafts_what_v1_drafts(tiny, tmp_path_factory, kind):
     assert s1["sources"] == s2["sources"]
 
 
-def test_a_lookup_behind_its_model_per_draft_takes_a_match_it_fills_more_of(tmp_path):
-    """SmolLM2-135M with the shipped EAGLE-3 draft, one request at a time on MT-Bench questions, the policy on a cost
-    model in which a draft token costs a tenth of a plain step: it drafts one model token in most steps and raises
-    ``k`` to 2 or 3 for the lookup's drafts. There a request whose lookup is behind its model per draft (accepted at
-    0.3 against 0.6) still takes a match where the lookup's ``k`` drafts outweigh the model's one (0.9 against 0.6);
-    compared per draft, as before, it took the model's single draft. Greedy output equals no speculation."""
+@pytest.fixture(scope="module")
+def smollm2_chat():
+    """SmolLM2-135M-Instruct, 8 MT-Bench questions, and its greedy answers without speculation (V1)."""
     from bench.run import held_out_prompt_ids
     from bench.smollm2 import ensure_smollm2
 
     target = ensure_smollm2()
     prompts = held_out_prompt_ids(target, 8, "chat")[0]
-    kw = {"prompts": prompts, "max_tokens": 64, "llm_kwargs": {"max_model_len": 1024, "max_num_seqs": 1}}
-    base = run_engine(target, **kw)
+    return target, prompts, run_engine(target, prompts=prompts, **SMOLLM2_KW).outputs
+
+
+SMOLLM2_KW = {"max_tokens": 64, "llm_kwargs": {"max_model_len": 1024, "max_num_seqs": 1}}
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_a_lookup_behind_its_model_per_draft_takes_a_match_it_fills_more_of(tmp_path, smollm2_chat, runner):
+    """SmolLM2-135M with the shipped EAGLE-3 draft, one request at a time on MT-Bench questions, the policy on a cost
+    model in which a draft token costs a tenth of a plain step: it drafts one model token in most steps and raises
+    ``k`` to 2 or 3 for the lookup's drafts. There a request whose lookup is behind its model per draft (accepted at
+    0.3 against 0.6) still takes a match where the lookup's ``k`` drafts outweigh the model's one (0.9 against 0.6);
+    compared per draft, as before, it took the model's single draft. Greedy output equals no speculation (on V1)."""
+    target, prompts, base = smollm2_chat
     draft = ROOT / "bench" / "drafts" / "smollm2-eagle3"
     trace = tmp_path / "trace"
     r = run_engine(target, speculative_config={"model": str(draft), "num_speculative_tokens": K},
                    env={ENV_LOOKUP: None, "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL": "1,0.1",
                         "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL": "16", "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                   **kw)
-    assert r.outputs == base.outputs
+                   prompts=prompts, runner=runner, **SMOLLM2_KW)
+    assert r.outputs == base
     seqs = [p + o for p, o in zip(prompts, r.outputs)]
     raised = [rec for rec in load_trace(trace) if rec["lookup"] is not None
               and 0 < rec["lookup_model_k"] < rec["drafts"].shape[1]]
