@@ -4,6 +4,7 @@ target's greedy token (bench.hidden's ``greedy``), not the text's next token."""
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bench import prefill_data
 from bench.draft_data import IGNORE, load_hidden_data
@@ -80,3 +81,44 @@ def test_eagle3_labels_are_the_targets_greedy_tokens(tmp_path, greedy):
     want = [[nxt[i + s] if 3 <= i + s + 1 < 7 else IGNORE for s in (1, 2)] for i in range(6)]
     assert labels[0].tolist() == want
     assert A.shape == (1, 6, 6)
+
+
+def _tiny_draft():
+    from bench.train_eagle3 import Eagle3Draft
+
+    cfg = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-5,
+           "vocab_size": 64, "max_position_embeddings": 128, "rope_theta": 10000.0, "hidden_act": "silu",
+           "intermediate_size": 48, "num_hidden_layers": 1}
+    torch.manual_seed(0)
+    return Eagle3Draft(cfg, 3)
+
+
+def _tiny_batch(steps=3, B=2, L=24, H=32, dv=40):
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, dv, (B, L, steps), generator=g)
+    labels[0, :5] = IGNORE  # a prompt
+    return (torch.randn(B, L, 3 * H, generator=g), [torch.randn(B, L, H, generator=g) for _ in range(steps)], labels,
+            torch.arange(L)[None, :].expand(B, L), torch.randn(dv, H, generator=g))
+
+
+def test_eagle3_bf16_loss_and_gradients_follow_float32():
+    # --bf16 runs the draft and its logits under bfloat16 autocast: not the float32 numbers (else the flag did
+    # nothing), but close to them, gradients included; the loss, the weights and the gradients stay float32
+    from bench.train_eagle3 import train_loss
+
+    A, embs, labels, pos, w_d = _tiny_batch()
+    weights = [1.0, 0.8, 0.64]
+    results = []
+    for bf16 in (False, True):
+        model = _tiny_draft()
+        sums = {"loss": 0.0, "n": 0, "c1": 0}
+        loss = train_loss(model, A, embs, labels, pos, w_d, weights, sums, bf16=bf16)
+        loss.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+        results.append((loss, grad, sums))
+    (l32, g32, s32), (l16, g16, s16) = results
+    assert l16.dtype == g16.dtype == torch.float32
+    assert s32["n"] == s16["n"] == int((labels[..., 0] >= 0).sum())
+    assert float(l16) != float(l32)
+    assert abs(float(l16) - float(l32)) < 2e-2 * float(l32)
+    assert float(F.cosine_similarity(g16, g32, dim=0)) > 0.99
