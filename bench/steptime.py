@@ -18,7 +18,8 @@ engine, through :func:`install`:
 here raises into an engine (a warning on stderr instead). The wrappers' own cost (a clock read and a line per
 step) is in every engine alike.
 
-    python -m bench.steptime DIR     # per engine: decode steps at the most common batch size, and prefill steps
+    python -m bench.steptime DIR     # per engine: decode steps at the most common batch size, without drafts and
+                                     # verifying drafts, and prefill steps
 """
 
 from __future__ import annotations
@@ -183,16 +184,23 @@ def read(path: Path, names: tuple[str, ...]) -> list[dict]:
 
 
 def summarize(path: Path) -> str:
-    """Decode steps without drafts at the file's most common batch size (mean ms per part), and prefill steps."""
+    """At the file's most common batch size of decode steps, the decode steps without drafts and those verifying
+    drafts (mean ms per part), and prefill steps."""
     names = CORE_TIMES if path.name.startswith("core-") else RUNNER_TIMES
     rows = read(path, names)
-    decode = [r for r in rows if not r["prompt_requests"] and not r["draft_tokens"]]
+    decode = [r for r in rows if not r["prompt_requests"]]
     lines = [f"{path.name}: {len(rows)} steps, {sum(r['prompt_tokens'] for r in rows)} prompt tokens computed"]
     if decode:
         b = Counter(r["requests"] for r in decode).most_common(1)[0][0]
-        at_b = [r for r in decode if r["requests"] == b]
-        lines.append(f"  decode steps at batch {b} ({len(at_b)}), mean ms: " + ", ".join(
-            f"{n} {statistics.fmean(r[n] for r in at_b):.2f}" for n in names))
+        plain = [r for r in decode if r["requests"] == b and not r["draft_tokens"]]
+        drafts = [r for r in decode if r["requests"] == b and r["draft_tokens"]]
+        for at_b, what in ((plain, f"decode steps at batch {b} ({len(plain)})"),
+                           (drafts, f"decode steps verifying drafts at batch {b} ({len(drafts)}, "
+                                    f"{statistics.fmean(r['draft_tokens'] for r in drafts or [{'draft_tokens': 0}]):.2f}"
+                                    " drafts a step)")):
+            if at_b:
+                lines.append(f"  {what}, mean ms: " + ", ".join(
+                    f"{n} {statistics.fmean(r[n] for r in at_b):.2f}" for n in names))
     prefill = [r for r in rows if r["prompt_requests"]]
     if prefill:
         lines.append(f"  prefill steps ({len(prefill)}), mean ms: " + ", ".join(

@@ -58,7 +58,7 @@ def test_the_core_and_runner_wrappers_write_what_summarize_reads(tmp_path, monke
     T._patch_runner(SimpleNamespace(GPUModelRunner=GPUModelRunner), str(tmp_path))
     core, runner = EngineCore(), GPUModelRunner()
     for so, post in ((_so({"a": 30}), True), (_so({"a": 1, "b": 1}), False), (_so({"a": 1, "b": 1}), True),
-                     (_so({}), False)):
+                     (_so({}), False), (_so({"a": 3, "b": 1}, {"a": [5, 6]}), True)):
         core.scheduler.next = so
         core.step()
         if post:
@@ -71,13 +71,14 @@ def test_the_core_and_runner_wrappers_write_what_summarize_reads(tmp_path, monke
     [runner_file] = tmp_path.glob("runner-*.tsv")
     assert core_file.name.startswith("core-eagle3-smollm2-eagle3,policy=0-")
     rows = T.read(core_file, T.CORE_TIMES)
-    assert [(r["requests"], r["prompt_tokens"]) for r in rows] == [(1, 29), (2, 0), (2, 0)]  # the empty step: none
+    assert [(r["requests"], r["prompt_tokens"]) for r in rows] == [(1, 29), (2, 0), (2, 0), (2, 0)]  # the empty: none
     assert rows[1]["post_step"] == 0.0 and rows[2]["post_step"] > 0.0  # post_step skipped, then run
     out = T.summarize(core_file)
-    assert "3 steps, 29 prompt tokens computed" in out and "decode steps at batch 2 (2)" in out
+    assert "4 steps, 29 prompt tokens computed" in out and "decode steps at batch 2 (2)," in out
+    assert "decode steps verifying drafts at batch 2 (1, 2.00 drafts a step)" in out
     assert "prefill steps (1)" in out
     rows = T.read(runner_file, T.RUNNER_TIMES)
-    assert len(rows) == 3 and all(r["_model_forward"] > 0 and r["propose_draft_token_ids"] > 0 for r in rows)
+    assert len(rows) == 4 and all(r["_model_forward"] > 0 and r["propose_draft_token_ids"] > 0 for r in rows)
     assert all(r["execute_model"] >= r["_model_forward"] for r in rows)
     assert "decode steps at batch 2 (2)" in T.summarize(runner_file)
 
