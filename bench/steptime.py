@@ -194,12 +194,11 @@ def summarize(path: Path) -> str:
         b = Counter(r["requests"] for r in decode).most_common(1)[0][0]
         plain = [r for r in decode if r["requests"] == b and not r["draft_tokens"]]
         drafts = [r for r in decode if r["requests"] == b and r["draft_tokens"]]
-        for at_b, what in ((plain, f"decode steps at batch {b} ({len(plain)})"),
-                           (drafts, f"decode steps verifying drafts at batch {b} ({len(drafts)}, "
-                                    f"{statistics.fmean(r['draft_tokens'] for r in drafts or [{'draft_tokens': 0}]):.2f}"
-                                    " drafts a step)")):
+        for at_b, what in ((plain, "decode steps"), (drafts, "decode steps verifying drafts")):
             if at_b:
-                lines.append(f"  {what}, mean ms: " + ", ".join(
+                per_step = f", {statistics.fmean(r['draft_tokens'] for r in at_b):.2f} drafts a step" \
+                    if at_b is drafts else ""
+                lines.append(f"  {what} at batch {b} ({len(at_b)}{per_step}), mean ms: " + ", ".join(
                     f"{n} {statistics.fmean(r[n] for r in at_b):.2f}" for n in names))
     prefill = [r for r in rows if r["prompt_requests"]]
     if prefill:

@@ -430,7 +430,7 @@ def main() -> None:
         "hyperparameters": {"ttt_steps": args.ttt_steps, "step_loss_weights": weights, "batch_tokens": args.batch_tokens,
                             "lr": args.lr, "betas": [0.9, 0.95], "warmup": args.warmup, "clip": args.clip,
                             "schedule": "linear warm-up, cosine to 10 %", "scheduled_steps": total_steps,
-                            "intermediate_size": args.intermediate_size, "seed": args.seed,
+                            "intermediate_size": args.intermediate_size, "seed": args.seed, "bf16": args.bf16,
                             "init": str(args.init) if args.init else None},
         "epochs": history, "steps": step, "epochs_run": round(step / max(steps_per_epoch, 1), 2),
         "stopped_by_budget": stopped, "train_subset_saved_fp16": final_train, "val_saved_fp16": final_val,
