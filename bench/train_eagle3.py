@@ -30,6 +30,7 @@ Output ``bench/drafts/smollm2-eagle3/``: ``config.json`` (architectures ``LlamaF
 (float16 ``fc``, ``layers.0.*``, ``norm``; int64 ``d2t``; bool ``t2d``) and ``train_report.json``.
 
     python -m bench.train_eagle3 [--budget-min 27] [--data-dir .cache/bench/data3] [--heldout-dir .cache/bench/heldout3]
+        [--bf16]   # forward and backward under bfloat16 autocast: 1.4-1.6x the steps a minute on AMX (bench/README.md)
     python -m bench.train_eagle3 --evaluate bench/drafts/smollm2-eagle3 --heldout-dir .cache/bench/chat
         # offline accuracy of a saved draft on other answers (bench.make_data + bench.hidden --aux-layers first)
 """
