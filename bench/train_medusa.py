@@ -5,6 +5,9 @@ as the identity) followed by the target's frozen lm_head, shared and not saved. 
 normed hidden state at position ``t`` and is trained on the token at ``t + h + 2``: in vLLM the heads get the
 hidden state of the last accepted token ``t``, whose next token ``t + 1`` the target has already sampled.
 Positions: from the last prompt token on (``t >= prompt_len - 1``), as drafting never starts inside a prompt.
+The label is the target's own greedy token (``bench.hidden``'s ``greedy``); on a prefill of text the target did not
+write (``--data-dir .cache/bench/sg``: real ShareGPT replies), a head's label counts only where the text up to it
+follows the target's greedy chain (``positions_and_labels``).
 
 Before training, an alignment check runs the identity head on the stored float16 hidden states: against
 ``t + 1`` it must reproduce the greedy tokens (~100 %), against ``t + 2`` (head 0's label) it must not.
@@ -14,6 +17,10 @@ Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``bench/drafts/s
 ``original_lm_head`` shares the target's) and ``train_report.json``.
 
     python -m bench.train_medusa [--budget-min 12] [--heads 4] [--heldout-dir .cache/bench/heldout]
+    python -m bench.train_medusa --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat
+        --out .cache/bench/smollm2-medusa-sharegpt   # on prefills of ShareGPT replies (make drafts-sharegpt's data)
+    python -m bench.train_medusa --evaluate bench/drafts/smollm2-medusa --heldout-dir .cache/bench/chat
+        # offline accuracy of saved heads on other answers (bench.make_data + bench.hidden first)
 """
 
 from __future__ import annotations
@@ -40,6 +47,13 @@ def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, firs
     ``first = 2`` is Medusa's training target; ``first = 1`` (the token the target itself predicts from ``t``)
     is only used by the alignment check. Rows run from the last prompt token to the last one with a label for
     head 0; labels past the end of a sequence are ``IGNORE``.
+
+    A head sees only the hidden state at ``t``; in vLLM the tokens between ``t`` and its label are the target's own
+    greedy tokens. So a label counts only where the sequence follows the target's greedy chain from ``t`` up to it:
+    every token ``t + 1 ... t + h + first - 1`` is the target's greedy next token after the one before. On the target's
+    own greedy answers that holds everywhere; on a prefill of other text (``bench.prefill_data``: real replies) only
+    where the reply happens to say what the target would, and elsewhere the label would be the target's next token
+    after words it did not write. Rows left without any label are dropped.
     """
     rows, labels = [], []
     for s in seqs:
@@ -49,12 +63,19 @@ def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, firs
             continue
         lab = torch.full((len(t), num_heads), IGNORE, dtype=torch.int64)
         nxt = data.targets[a: a + n]  # nxt[i]: the target's greedy token i + 1
+        greedy_next = torch.zeros(n, dtype=torch.bool)  # greedy_next[j]: token j + 1 is the greedy token after j
+        greedy_next[: n - 1] = data.tokens[a + 1: a + n] == nxt[: n - 1]
+        on_chain = torch.ones(len(t), dtype=torch.bool)
         for h in range(num_heads):
             idx = t + h + first
             ok = idx < n
+            if h + first >= 2:  # token t + h + first - 1 lies between t and the label: on the greedy chain?
+                on_chain &= greedy_next[(idx - 2).clamp(max=n - 1)]
+            ok &= on_chain
             lab[ok, h] = nxt[idx[ok] - 1]
-        rows.append(t + a)
-        labels.append(lab)
+        keep = (lab != IGNORE).any(1)
+        rows.append(t[keep] + a)
+        labels.append(lab[keep])
     return torch.cat(rows), torch.cat(labels)
 
 
@@ -89,6 +110,51 @@ def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: tor
     return [round(c / max(v, 1), 4) for c, v in zip(correct, valid)]
 
 
+@torch.no_grad()
+def chained_top1(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
+                 batch: int = 4096) -> list[float]:
+    """Per head ``h``: the share of positions with a label for head ``h`` where heads ``0 ... h`` are all right, what
+    verification accepts of a chain of drafts (float32 lm_head, as served)."""
+    k = labels.shape[1]
+    right, valid = [0] * k, [0] * k
+    for a in range(0, x16.shape[0], batch):
+        x, y = x16[a: a + batch].float(), labels[a: a + batch]
+        chain = torch.ones(len(x), dtype=torch.bool)
+        for h in range(k):
+            chain &= (heads.head(h, x) @ w.T).argmax(-1) == y[:, h]
+            has = y[:, h] != IGNORE
+            right[h] += int((chain & has).sum())
+            valid[h] += int(has.sum())
+    return [round(c / max(v, 1), 4) for c, v in zip(right, valid)]
+
+
+def load_heads(draft: Path) -> MedusaHeads:
+    """Heads saved by this stage (``medusa_lm_head.safetensors``, FasterDecoding's new layout), as float32."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((draft / "config.json").read_text())
+    tensors = load_file(str(draft / "medusa_lm_head.safetensors"))
+    heads = MedusaHeads(cfg["hidden_size"], cfg["num_heads"])
+    with torch.no_grad():
+        for h, blk in enumerate(heads.blocks):
+            blk.weight.copy_(tensors[f"blocks.{h}.layers.0.weight"].float())
+            blk.bias.copy_(tensors[f"blocks.{h}.layers.0.bias"].float())
+    return heads
+
+
+def evaluate_saved(draft: Path, data_dir: Path) -> dict:
+    """Offline accuracy of saved heads on the answers in ``data_dir`` (``bench.make_data`` + ``bench.hidden``)."""
+    from bench.smollm2 import ensure_smollm2
+
+    w = load_lm_head(ensure_smollm2())
+    heads = load_heads(draft)
+    data = load_hidden_data(data_dir, val_fraction=0.0)
+    rows, labels = positions_and_labels(data, list(range(data.num_seqs)), len(heads.blocks))
+    x = gather_hidden(data, rows)
+    return {"draft": str(draft), "data": str(data_dir), "sequences": data.num_seqs, "positions": len(rows),
+            "top1_per_head": evaluate(heads, x, labels, w), "chained_top1_per_head": chained_top1(heads, x, labels, w)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=12.0)
@@ -104,7 +170,12 @@ def main() -> None:
                     help="hidden states of the held-out prompts (evaluated if present)")
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-medusa")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--evaluate", type=Path, default=None, metavar="DRAFT",
+                    help="no training: the offline accuracy of the saved heads in DRAFT on --heldout-dir's answers")
     args = ap.parse_args()
+    if args.evaluate is not None:
+        print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir), indent=1))
+        return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -180,6 +251,7 @@ def main() -> None:
     step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
     final_val = history[-1]["val_top1"]
     heldout_top1 = evaluate(heads, heldout[0], heldout[1], w) if heldout else None
+    heldout_chained = chained_top1(heads, heldout[0], heldout[1], w) if heldout else None
     if heldout_top1:
         print("held-out prompts top-1:", heldout_top1)
 
@@ -196,11 +268,7 @@ def main() -> None:
         "model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": cfg["hidden_size"],
         "vocab_size": cfg["vocab_size"], "num_heads": k, "num_hidden_layers": 1, "original_lm_head": True})
     # accuracy of the saved float16 weights (what vLLM loads)
-    saved = MedusaHeads(cfg["hidden_size"], k)
-    with torch.no_grad():
-        for h, blk in enumerate(saved.blocks):
-            blk.weight.copy_(tensors[f"blocks.{h}.layers.0.weight"].float())
-            blk.bias.copy_(tensors[f"blocks.{h}.layers.0.bias"].float())
+    saved = load_heads(args.out)
     final_val_f16 = evaluate(saved, va_x, va_lab, w)
     n_tok = int(data.offsets[-1])
     report = {
@@ -210,7 +278,8 @@ def main() -> None:
                  "val_sequences": len(data.val_seqs), "tokens": n_tok,
                  "answer_tokens": int(n_tok - data.prompt_lens.sum()), "train_positions": len(tr_rows),
                  "val_positions": len(va_rows)},
-        "heads": k, "label": "head h at position t is trained on the token at t + h + 2",
+        "heads": k, "label": "head h at position t is trained on the target's greedy token at t + h + 2, where the "
+                             "tokens t + 1 ... t + h + 1 are its greedy chain",
         "alignment_check": alignment,
         "hyperparameters": {"batch": args.batch, "lr": args.lr, "weight_decay": args.weight_decay,
                             "warmup": args.warmup, "schedule": "linear warm-up, cosine to 10 %",
@@ -219,7 +288,7 @@ def main() -> None:
         "epochs": history, "steps": step, "epochs_run": round(step / steps_per_epoch, 2),
         "stopped_by_budget": stopped,
         "val_top1_per_head": final_val, "val_top1_per_head_saved_fp16": final_val_f16,
-        "heldout_prompts_top1_per_head": heldout_top1,
+        "heldout_prompts_top1_per_head": heldout_top1, "heldout_prompts_chained_top1_per_head": heldout_chained,
         "heldout_prompts_sequences": heldout[2] if heldout else None,
         "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
         "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},

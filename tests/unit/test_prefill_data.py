@@ -1,5 +1,6 @@
 """Distilling prefills of real replies: the records bench.prefill_data writes, and that the trainers learn the
-target's greedy token (bench.hidden's ``greedy``), not the text's next token."""
+target's greedy token (bench.hidden's ``greedy``), not the text's next token (Medusa's heads only where the text
+follows the target's greedy chain)."""
 
 import numpy as np
 import pytest
@@ -81,6 +82,28 @@ def test_eagle3_labels_are_the_targets_greedy_tokens(tmp_path, greedy):
     want = [[nxt[i + s] if 3 <= i + s + 1 < 7 else IGNORE for s in (1, 2)] for i in range(6)]
     assert labels[0].tolist() == want
     assert A.shape == (1, 6, 6)
+
+
+def test_medusa_labels_only_where_the_text_follows_the_targets_greedy_chain(tmp_path):
+    from bench.train_medusa import positions_and_labels
+
+    tokens = [5, 6, 7, 8, 9, 10, 11, 12]  # one sequence, prompt 2 tokens
+    greedy = [6, 7, 8, 9, 40, 11, 12, 0]  # the text follows the target's greedy tokens except at token 5 (10, not 40)
+    _write_index(tmp_path, tokens, greedy, [0, 8], [2])
+    data = load_hidden_data(tmp_path, 0.0)
+    rows, labels = positions_and_labels(data, [0], 3)
+    # head h at t: the target's greedy token after t + h + 1, where tokens t + 1 ... t + h + 1 are its greedy chain;
+    # at t = 4 the next token already leaves the chain: no label, row dropped
+    assert rows.tolist() == [1, 2, 3, 5]
+    assert labels.tolist() == [[8, 9, 40], [9, 40, IGNORE], [40, IGNORE, IGNORE], [12, IGNORE, IGNORE]]
+    # the alignment check's head (the token after t itself) needs no chain
+    rows, labels = positions_and_labels(data, [0], 1, first=1)
+    assert rows.tolist() == [1, 2, 3, 4, 5, 6] and labels[:, 0].tolist() == greedy[1:7]
+    # the target's own greedy answers (an index from before greedy): every label kept, the token at t + h + 2
+    _write_index(tmp_path, tokens, None, [0, 8], [2])
+    rows, labels = positions_and_labels(load_hidden_data(tmp_path, 0.0), [0], 3)
+    assert rows.tolist() == [1, 2, 3, 4, 5]
+    assert labels.tolist() == [[tokens[t + h + 2] if t + h + 2 < 8 else IGNORE for h in range(3)] for t in range(1, 6)]
 
 
 def _tiny_draft():
