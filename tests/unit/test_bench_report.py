@@ -1,5 +1,7 @@
 """The benchmark's arithmetic and tables, on synthetic phases (no engine)."""
 
+import pytest
+
 from bench.report import markdown, overhead_markdown
 from bench.run import summarize
 
@@ -157,3 +159,27 @@ def test_restart_gives_each_repetition_engines_of_its_own(monkeypatch, tmp_path)
             assert len(used) == 3 and len(set(map(id, used))) == instances
         assert len(_FakeEngine.made) == 2 * instances and all(e.closed for e in _FakeEngine.made)
         assert [e.log_mode for e in _FakeEngine.made] == ["w", "w"] + ["a", "a"] * (instances - 1)
+
+
+def test_a_draft_row_of_ones_own_needs_a_name_and_a_draft_folder(tmp_path, capsys, monkeypatch):
+    """``--eagle3-draft`` / ``--medusa-draft NAME=DIR`` are refused before any engine or model is touched unless
+    DIR holds a config.json and NAME is given; a good one gets past the check."""
+    import bench.run
+    import bench.smollm2
+
+    def reached():
+        raise RuntimeError("past the check")
+
+    monkeypatch.setattr(bench.smollm2, "ensure_smollm2", reached)  # what main does first after the check
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    for bad in (["--medusa-draft", f"x={tmp_path / 'nope'}"], ["--eagle3-draft", f"={draft}"],
+                ["--medusa-draft", str(draft)]):
+        with pytest.raises(SystemExit) as e:
+            bench.run.main(bad)
+        assert e.value.code == 2
+        assert f"{bad[0]} {bad[1]}: expected NAME=DIR" in capsys.readouterr().err
+    for option in ("--medusa-draft", "--eagle3-draft"):
+        with pytest.raises(RuntimeError, match="past the check"):
+            bench.run.main([option, f"mine={draft}"])
