@@ -95,37 +95,30 @@ class MedusaHeads(nn.Module):
         return x + nn.functional.silu(self.blocks[h](x))
 
 
-@torch.no_grad()
-def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
-             batch: int = 4096) -> list[float]:
+def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> list[float]:
     """Per-head top-1 (float32 lm_head, as served)."""
-    k = labels.shape[1]
-    correct, valid = [0] * k, [0] * k
-    for a in range(0, x16.shape[0], batch):
-        x = x16[a: a + batch].float()
-        for h in range(k):
-            c, v = top1(heads.head(h, x), w, labels[a: a + batch, h])
-            correct[h] += c
-            valid[h] += v
-    return [round(c / max(v, 1), 4) for c, v in zip(correct, valid)]
+    return accuracy(heads, x16, labels, w)[0]
 
 
 @torch.no_grad()
-def chained_top1(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
-                 batch: int = 4096) -> list[float]:
-    """Per head ``h``: the share of positions with a label for head ``h`` where heads ``0 ... h`` are all right, what
-    verification accepts of a chain of drafts (float32 lm_head, as served)."""
+def accuracy(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
+             batch: int = 2048) -> tuple[list[float], list[float]]:
+    """Per head ``h``, among the positions with a label for it (float32 lm_head, as served): top-1, and chained top-1,
+    the share where heads ``0 ... h`` are all right (what verification accepts of a chain of drafts)."""
     k = labels.shape[1]
-    right, valid = [0] * k, [0] * k
+    right, chained, valid = [0] * k, [0] * k, [0] * k
     for a in range(0, x16.shape[0], batch):
         x, y = x16[a: a + batch].float(), labels[a: a + batch]
         chain = torch.ones(len(x), dtype=torch.bool)
         for h in range(k):
-            chain &= (heads.head(h, x) @ w.T).argmax(-1) == y[:, h]
+            ok = (heads.head(h, x) @ w.T).argmax(-1) == y[:, h]
+            chain &= ok
             has = y[:, h] != IGNORE
-            right[h] += int((chain & has).sum())
+            right[h] += int((ok & has).sum())
+            chained[h] += int((chain & has).sum())
             valid[h] += int(has.sum())
-    return [round(c / max(v, 1), 4) for c, v in zip(right, valid)]
+    return ([round(c / max(v, 1), 4) for c, v in zip(right, valid)],
+            [round(c / max(v, 1), 4) for c, v in zip(chained, valid)])
 
 
 def load_heads(draft: Path) -> MedusaHeads:
@@ -151,8 +144,9 @@ def evaluate_saved(draft: Path, data_dir: Path) -> dict:
     data = load_hidden_data(data_dir, val_fraction=0.0)
     rows, labels = positions_and_labels(data, list(range(data.num_seqs)), len(heads.blocks))
     x = gather_hidden(data, rows)
+    per_head, chained = accuracy(heads, x, labels, w)
     return {"draft": str(draft), "data": str(data_dir), "sequences": data.num_seqs, "positions": len(rows),
-            "top1_per_head": evaluate(heads, x, labels, w), "chained_top1_per_head": chained_top1(heads, x, labels, w)}
+            "top1_per_head": per_head, "chained_top1_per_head": chained}
 
 
 def main() -> None:
@@ -250,8 +244,7 @@ def main() -> None:
                                  "val_top1": evaluate(heads, va_x, va_lab, w)})
     step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
     final_val = history[-1]["val_top1"]
-    heldout_top1 = evaluate(heads, heldout[0], heldout[1], w) if heldout else None
-    heldout_chained = chained_top1(heads, heldout[0], heldout[1], w) if heldout else None
+    heldout_top1, heldout_chained = accuracy(heads, heldout[0], heldout[1], w) if heldout else (None, None)
     if heldout_top1:
         print("held-out prompts top-1:", heldout_top1)
 

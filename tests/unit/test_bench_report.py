@@ -92,7 +92,6 @@ def test_every_bench_command_parses_what_run_group_reads():
 def test_answer_lengths_fixed_or_varied_per_prompt():
     """``--lengths varied``: a length per prompt from 0.5 to 1.5 x --max-tokens, the same for a prompt whatever the
     phase's size, spread so that a closed loop's first c requests end at c different steps."""
-    import pytest
 
     from bench.run import answer_lengths
 
