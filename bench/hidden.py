@@ -30,7 +30,11 @@ It also measures ``greedy_reproduction``: the share of answer positions where ``
 (100 % on the target's own greedy answers: the check that these hidden states are vLLM's; on real replies, how
 often the reply says what the target would).
 
-    python -m bench.hidden [--budget-min 7] [--batch-tokens 4096] [--aux-layers 2,15,27]
+``--resume`` continues a prefill its budget stopped: the sequences already in ``--out-dir`` are kept (checked to be
+the first ones of ``--data``, with the same ``--aux-layers`` and ``--bf16``) and the prefill goes on from the next;
+when they are all there, nothing is done.
+
+    python -m bench.hidden [--budget-min 7] [--batch-tokens 4096] [--aux-layers 2,15,27] [--resume]
 """
 
 from __future__ import annotations
@@ -68,6 +72,35 @@ def _keep_prefix(tmp: Path, out: Path, n_pos: int) -> None:
     tmp.unlink()
 
 
+def resumable(out_dir: Path, recs: list[dict], aux_layers: list[int], bf16: bool) -> int:
+    """How many of ``recs`` (in order) the prefill in ``out_dir`` already holds; raises ``SystemExit`` naming what
+    differs when that prefill is not of these records with these settings (nothing there: 0)."""
+    import torch
+
+    meta_path, index_path = out_dir / "hidden_meta.json", out_dir / "hidden_index.pt"
+    if not index_path.exists():
+        return 0
+    where = f"--resume: the prefill in {out_dir}"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    index = torch.load(index_path)
+    if list(index["aux_layers"]) != aux_layers:
+        raise SystemExit(f"{where} has --aux-layers {list(index['aux_layers'])}, this run {aux_layers}: "
+                         "pass the same layers, or a new --out-dir")
+    if bool(meta.get("bf16")) != bf16:
+        raise SystemExit(f"{where} ran {'with' if meta.get('bf16') else 'without'} --bf16, this run "
+                         f"{'with' if bf16 else 'without'}: pass the same, or a new --out-dir")
+    done = len(index["ids"])
+    ids = [r["id"] for r in recs[:done]]
+    if done > len(recs) or index["ids"].tolist() != ids:
+        raise SystemExit(f"{where} holds {done} sequences that are not the first {done} of --data "
+                         f"(was --data changed?): prefill into a new --out-dir, or remove {out_dir}")
+    lens = [len(r["prompt_ids"]) + len(r["answer_ids"]) for r in recs[:done]]
+    if index["offsets"].tolist() != np.concatenate([[0], np.cumsum(lens, dtype=np.int64)]).tolist():
+        raise SystemExit(f"{where} has other sequence lengths than the first {done} of --data "
+                         f"(was --data changed?): prefill into a new --out-dir, or remove {out_dir}")
+    return done
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=7.0)
@@ -77,6 +110,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=64, help="sequences per length-sorted group")
     ap.add_argument("--bf16", action="store_true", help="the forward under bfloat16 autocast (about 1.8x faster)")
     ap.add_argument("--aux-layers", default="", help="comma-separated decoder layer indices (EAGLE-3 inputs)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the sequences already prefilled in --out-dir and go on from the next")
     args = ap.parse_args()
     aux_layers = [int(x) for x in args.aux_layers.split(",") if x.strip()]
     budget = Budget(args.budget_min)
@@ -92,6 +127,10 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(ensure_smollm2(), dtype=torch.float32).eval()
     hsize = model.config.hidden_size
     recs = read_jsonl(args.data)
+    start = resumable(args.out_dir, recs, aux_layers, args.bf16) if args.resume else 0
+    if start == len(recs):
+        print(f"--resume: all {start} sequences of {args.data} are already prefilled in {args.out_dir}")
+        return
     seqs = [r["prompt_ids"] + r["answer_ids"] for r in recs]
     plens = [len(r["prompt_ids"]) for r in recs]
     total = sum(len(s) for s in seqs)
@@ -106,12 +145,25 @@ def main() -> None:
     np.cumsum([len(s) for s in seqs], out=offsets[1:])
 
     greedy = np.zeros(total, dtype=np.int32)
-    done_seqs = 0
-    bar = tqdm(total=total, desc="hidden", unit="tok")
+    done_seqs = start
+    if start:  # the rows already prefilled, copied into the new files
+        kept = int(offsets[start])
+        old_hidden, old_index = load_hidden(args.out_dir)
+        for c in range(0, kept, 1 << 18):
+            hidden[c: min(c + (1 << 18), kept)] = old_hidden[c: min(c + (1 << 18), kept)]
+        greedy[:kept] = old_index["greedy"].numpy()
+        if aux is not None:
+            old_aux = np.load(out_path.with_name("aux_f16.npy"), mmap_mode="r")
+            for c in range(0, kept, 1 << 18):
+                aux[c: min(c + (1 << 18), kept)] = old_aux[c: min(c + (1 << 18), kept)]
+            del old_aux
+        del old_hidden, old_index
+        print(f"--resume: {start} sequences ({kept} positions) kept from {args.out_dir}")
+    bar = tqdm(total=total, initial=int(offsets[start]), desc="hidden", unit="tok")
     t0 = time.monotonic()
     stopped = False
     with torch.inference_mode():
-        for g0 in range(0, len(seqs), args.group):
+        for g0 in range(start, len(seqs), args.group):
             if budget.over():
                 stopped = True
                 break
@@ -176,7 +228,8 @@ def main() -> None:
     torch.save(index, args.out_dir / "hidden_index.pt")
     wall = time.monotonic() - t0
     meta = {"command": command_line(), "sequences": done_seqs, "sequences_available": len(seqs),
-            "positions": n_pos, "stopped_by_budget": stopped, "tok_per_s": round(n_pos / max(wall, 1e-6), 1),
+            "positions": n_pos, "stopped_by_budget": stopped, "resumed_from_sequences": start,
+            "tok_per_s": round((n_pos - int(offsets[start])) / max(wall, 1e-6), 1),
             "aux_layers": aux_layers, "bf16": args.bf16, "greedy_reproduction": round(match / max(n_check, 1), 5),
             "greedy_checked_positions": n_check,
             "file_mb": round(n_pos * hsize * 2 / 2**20, 1), "wall_s": round(budget.elapsed(), 1)}

@@ -1,6 +1,9 @@
 """The draft-training data stages' pure parts: self-instruct splits and cleaning, the chat question set."""
 
 import json
+import re
+
+import pytest
 
 from bench import self_instruct as si
 from bench.run import CHAT_QUESTIONS, chat_questions
@@ -64,6 +67,27 @@ def test_keep_prefix_moves_or_truncates_the_memmap(tmp_path):
         _keep_prefix(tmp, out, n_pos)
         assert not tmp.exists()
         assert np.array_equal(np.load(out), np.arange(20, dtype=np.float16).reshape(5, 4)[:n_pos])
+
+
+def test_hidden_resume_keeps_only_a_prefill_of_the_same_records_and_settings(tmp_path):
+    import torch
+
+    from bench.hidden import resumable
+
+    recs = [{"id": i, "prompt_ids": [1] * (2 + i), "answer_ids": [5] * 3} for i in range(4)]
+    assert resumable(tmp_path, recs, [2, 15], True) == 0  # nothing there yet
+    torch.save({"ids": torch.tensor([0, 1]), "offsets": torch.tensor([0, 5, 11]), "aux_layers": [2, 15]},
+               tmp_path / "hidden_index.pt")
+    (tmp_path / "hidden_meta.json").write_text(json.dumps({"bf16": True}))
+    assert resumable(tmp_path, recs, [2, 15], True) == 2
+    for args, culprit in [((recs, [2, 27], True), "--aux-layers [2, 15], this run [2, 27]"),
+                          ((recs, [2, 15], False), "ran with --bf16, this run without"),
+                          ((recs[1:], [2, 15], True), "not the first 2 of --data"),
+                          ((recs[:1], [2, 15], True), "not the first 2 of --data"),
+                          (([dict(recs[0], answer_ids=[5] * 4), *recs[1:]], [2, 15], True),
+                           "other sequence lengths")]:
+        with pytest.raises(SystemExit, match=re.escape(culprit)):
+            resumable(tmp_path, *args)
 
 
 def test_set_lr_warms_up_then_decays_to_a_tenth():
