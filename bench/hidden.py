@@ -101,7 +101,7 @@ def resumable(out_dir: Path, recs: list[dict], aux_layers: list[int], bf16: bool
     return done
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=7.0)
     ap.add_argument("--data", type=Path, default=DATA / "train.jsonl")
@@ -112,7 +112,11 @@ def main() -> None:
     ap.add_argument("--aux-layers", default="", help="comma-separated decoder layer indices (EAGLE-3 inputs)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the sequences already prefilled in --out-dir and go on from the next")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     aux_layers = [int(x) for x in args.aux_layers.split(",") if x.strip()]
     budget = Budget(args.budget_min)
     seed_everything(0)

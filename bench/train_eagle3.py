@@ -287,7 +287,7 @@ def evaluate_saved(draft: Path, data_dir: Path, steps: int = 4) -> dict:
             **evaluate(model, data, aux, seqs, W, W[sel].contiguous(), t2d_id, steps)}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=27.0)
     ap.add_argument("--data-dir", type=Path, default=CACHE / "data3")
@@ -317,7 +317,11 @@ def main() -> None:
                          "bench.hidden --aux-layers): train_report.json's evaluations[NAME]; repeatable")
     ap.add_argument("--evaluate", type=Path, default=None,
                     help="no training: evaluate this saved draft on --heldout-dir and print the result")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.evaluate is not None:
         print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
         return

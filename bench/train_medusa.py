@@ -149,7 +149,7 @@ def evaluate_saved(draft: Path, data_dir: Path) -> dict:
             "top1_per_head": per_head, "chained_top1_per_head": chained}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=12.0)
     ap.add_argument("--heads", type=int, default=4)
@@ -166,7 +166,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evaluate", type=Path, default=None, metavar="DRAFT",
                     help="no training: the offline accuracy of the saved heads in DRAFT on --heldout-dir's answers")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.evaluate is not None:
         print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir), indent=1))
         return
