@@ -414,6 +414,8 @@ def parser() -> argparse.ArgumentParser:
                          "to compare with the shipped one side by side); repeatable")
     ap.add_argument("--medusa-draft", action="append", default=[], metavar="NAME=DIR",
                     help="also a row 'our Medusa (NAME)' serving the Medusa heads in DIR (K as --k-medusa); repeatable")
+    ap.add_argument("--eagle-draft", action="append", default=[], metavar="NAME=DIR",
+                    help="also a row 'our EAGLE (NAME)' serving the EAGLE-1 draft in DIR (K as --k-eagle); repeatable")
     ap.add_argument("--rows", nargs="+", default=None, help="only these rows (names as in the report), one group")
     ap.add_argument("--cpu-runtime", choices=["on", "off", "both"], default="on",
                     help="Intel OpenMP and tcmalloc in LD_PRELOAD for every engine (docs/cpu.md); both: every row "
@@ -442,14 +444,16 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats, args.max_tokens, args.prompts_c1, args.prompts_cn = 1, 64, 2, 1
         args.parallel_start = True
         args.warmup_tokens = args.warmup_tokens or 16
-    extra = []  # (row, draft folder, K) for --eagle3-draft / --medusa-draft, checked before anything starts
-    for option, specs, row, k in (("--eagle3-draft", args.eagle3_draft, "our EAGLE-3", args.k_eagle3),
-                                  ("--medusa-draft", args.medusa_draft, "our Medusa", args.k_medusa)):
+    extra = []  # (row, speculative config) for --eagle3-draft / --medusa-draft / --eagle-draft, checked first
+    for option, specs, row, k, more in (("--eagle3-draft", args.eagle3_draft, "our EAGLE-3", args.k_eagle3, {}),
+                                        ("--medusa-draft", args.medusa_draft, "our Medusa", args.k_medusa, {}),
+                                        ("--eagle-draft", args.eagle_draft, "our EAGLE", args.k_eagle,
+                                         {"method": "eagle"})):  # as the row "our EAGLE" asks
         for spec in specs:
             name, _, path = spec.partition("=")
             if not name or not (Path(path) / "config.json").is_file():
                 ap.error(f"{option} {spec}: expected NAME=DIR, DIR a draft folder with a config.json")
-            extra.append((f"{row} ({name})", Path(path).resolve(), k))
+            extra.append((f"{row} ({name})", {"model": str(Path(path).resolve()), "num_speculative_tokens": k, **more}))
     from bench.smollm2 import ensure_smollm2
     from vllm_spec_plugins.cpu_env import preload_env
 
@@ -458,8 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     builtin_ok = version.startswith("0.32.")
     k_medusa = args.k_medusa
     base_rows = rows_for(target, k_medusa, args.k_eagle, builtin_ok, args.k_eagle3)
-    for row, path, k in extra:
-        base_rows[row] = {"spec": {"model": str(path), "num_speculative_tokens": k}, "env": {}}
+    for row, spec in extra:
+        base_rows[row] = {"spec": spec, "env": {}}
     rows = with_runtime(base_rows, args.cpu_runtime)
     if args.runner == "v2":
         from vllm_spec_plugins.testing.mrv2 import mrv2_env

@@ -161,8 +161,8 @@ def test_restart_gives_each_repetition_engines_of_its_own(monkeypatch, tmp_path)
 
 
 def test_a_draft_row_of_ones_own_needs_a_name_and_a_draft_folder(tmp_path, capsys, monkeypatch):
-    """``--eagle3-draft`` / ``--medusa-draft NAME=DIR`` are refused before any engine or model is touched unless
-    DIR holds a config.json and NAME is given; a good one gets past the check."""
+    """``--eagle3-draft`` / ``--medusa-draft`` / ``--eagle-draft NAME=DIR`` are refused before any engine or model is
+    touched unless DIR holds a config.json and NAME is given; a good one gets past the check."""
     import bench.run
     import bench.smollm2
 
@@ -174,11 +174,11 @@ def test_a_draft_row_of_ones_own_needs_a_name_and_a_draft_folder(tmp_path, capsy
     draft.mkdir()
     (draft / "config.json").write_text("{}")
     for bad in (["--medusa-draft", f"x={tmp_path / 'nope'}"], ["--eagle3-draft", f"={draft}"],
-                ["--medusa-draft", str(draft)]):
+                ["--medusa-draft", str(draft)], ["--eagle-draft", f"x={tmp_path / 'nope'}"]):
         with pytest.raises(SystemExit) as e:
             bench.run.main(bad)
         assert e.value.code == 2
         assert f"{bad[0]} {bad[1]}: expected NAME=DIR" in capsys.readouterr().err
-    for option in ("--medusa-draft", "--eagle3-draft"):
+    for option in ("--medusa-draft", "--eagle3-draft", "--eagle-draft"):
         with pytest.raises(RuntimeError, match="past the check"):
             bench.run.main([option, f"mine={draft}"])
