@@ -26,6 +26,7 @@ Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``bench/drafts/smollm2-
 ``layers.0.post_attention_layernorm.weight``), and ``train_report.json``.
 
     python -m bench.train_eagle [--budget-min 15] [--heldout-dir .cache/bench/heldout]
+    python -m bench.train_eagle --evaluate bench/drafts/smollm2-eagle --heldout-dir .cache/bench/chat
 """
 
 from __future__ import annotations
@@ -226,7 +227,49 @@ def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.
     return res
 
 
-def main() -> None:
+def saved_tensors(model: EagleDraft) -> dict[str, torch.Tensor]:
+    """The draft's weights in EAGLE authors' layout, float16 (embed_tokens and lm_head are the target's: not saved)."""
+    sd = {"fc.weight": model.fc.weight, "fc.bias": model.fc.bias}
+    lay = model.layer
+    for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        sd[f"layers.0.self_attn.{n}.weight"] = getattr(lay.self_attn, n).weight
+    for n in ("gate_proj", "up_proj", "down_proj"):
+        sd[f"layers.0.mlp.{n}.weight"] = getattr(lay.mlp, n).weight
+    sd["layers.0.post_attention_layernorm.weight"] = lay.post_attention_layernorm.weight
+    return {k: v.detach().to(torch.float16).contiguous() for k, v in sd.items()}
+
+
+def load_saved(cfg: dict, tensors: dict[str, torch.Tensor]) -> EagleDraft:
+    """An :class:`EagleDraft` holding saved weights (EAGLE authors' layout), in float32 as vLLM loads them."""
+    model = EagleDraft(cfg)
+    own = dict(model.named_parameters())
+    names = {k: "layer." + k[len("layers.0."):] if k.startswith("layers.0.") else k for k in tensors}
+    unknown, missing = sorted(k for k, n in names.items() if n not in own), sorted(set(own) - set(names.values()))
+    if unknown or missing:
+        raise SystemExit(f"not an EAGLE-1 draft as bench.train_eagle writes it: unexpected tensors {unknown}, "
+                         f"missing {missing}")
+    with torch.no_grad():
+        for k, n in names.items():
+            own[n].copy_(tensors[k].float())
+    return model
+
+
+def evaluate_saved(draft: Path, data_dir: Path, steps: int = 3) -> dict:
+    """Offline accuracy of a saved draft (``model.safetensors``, ``config.json``) on the answers in ``data_dir``."""
+    from safetensors.torch import load_file
+
+    from bench.smollm2 import ensure_smollm2
+
+    w = load_lm_head(ensure_smollm2())
+    model = load_saved(json.loads((draft / "config.json").read_text()), load_file(str(draft / "model.safetensors")))
+    data = load_hidden_data(data_dir, val_fraction=0.0)
+    seqs = list(range(data.num_seqs))
+    return {"draft": str(draft), "data": str(data_dir), "sequences": len(seqs),
+            "answer_tokens": int(data.offsets[-1] - data.prompt_lens.sum()),
+            **evaluate(model, data, seqs, w, w, steps)}
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget-min", type=float, default=15.0)
     ap.add_argument("--batch-tokens", type=int, default=4096, help="padded positions per optimizer step")
@@ -243,7 +286,19 @@ def main() -> None:
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout")
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR",
+                    help="after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
+                         "bench.hidden): train_report.json's evaluations[NAME]; repeatable")
+    ap.add_argument("--evaluate", type=Path, default=None,
+                    help="no training: evaluate this saved draft on --heldout-dir and print the result")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.evaluate is not None:
+        print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
+        return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -311,32 +366,20 @@ def main() -> None:
     # ---- save (EAGLE authors' layout; embed_tokens and lm_head shared with the target) ----
     from safetensors.torch import save_file
 
-    sd = {"fc.weight": model.fc.weight, "fc.bias": model.fc.bias}
-    lay = model.layer
-    for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        sd[f"layers.0.self_attn.{n}.weight"] = getattr(lay.self_attn, n).weight
-    for n in ("gate_proj", "up_proj", "down_proj"):
-        sd[f"layers.0.mlp.{n}.weight"] = getattr(lay.mlp, n).weight
-    sd["layers.0.post_attention_layernorm.weight"] = lay.post_attention_layernorm.weight
-    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in sd.items()}
+    tensors = saved_tensors(model)
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, args.out / "model.safetensors", metadata={"format": "pt"})
     write_json(args.out / "config.json", cfg)
-    # the saved float16 weights, evaluated as vLLM loads them (into a float32 model)
-    saved = EagleDraft(cfg)
-    with torch.no_grad():
-        own = dict(saved.named_parameters())
-        names = {"fc.weight": "fc.weight", "fc.bias": "fc.bias"}
-        for k in tensors:
-            if k.startswith("layers.0."):
-                names[k] = "layer." + k[len("layers.0."):]
-        for k, n in names.items():
-            own[n].copy_(tensors[k].float())
+    saved = load_saved(cfg, tensors)  # the saved float16 weights, as vLLM loads them (into a float32 model)
     final_val = evaluate(saved, data, data.val_seqs, embed, w, args.eval_steps)
     heldout_res = evaluate(saved, heldout, list(range(heldout.num_seqs)), embed, w, args.eval_steps) \
         if heldout else None
     if heldout_res:
         print("held-out prompts:", heldout_res)
+    evaluations = {}
+    for spec in args.also_evaluate:
+        name, _, path = spec.partition("=")
+        evaluations[name] = evaluate_saved(args.out, Path(path), args.eval_steps)
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),
@@ -353,7 +396,7 @@ def main() -> None:
                             "lm_head_training_precision": "bf16 GEMM", "seed": args.seed},
         "epochs": history, "steps": step, "epochs_run": round(step / steps_per_epoch, 2),
         "stopped_by_budget": stopped, "val_saved_fp16": final_val, "heldout_prompts": heldout_res,
-        "heldout_prompts_sequences": heldout.num_seqs if heldout else None,
+        "heldout_prompts_sequences": heldout.num_seqs if heldout else None, "evaluations": evaluations,
         "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
         "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
     }

@@ -107,3 +107,25 @@ def test_expected_accepted_is_the_sum_of_running_products():
 
     res = {"step1_top1": 0.5, "step2_top1": 0.4, "step3_top1": 0.5}
     assert expected_accepted(res, 3) == 0.8 and expected_accepted(res, 1) == 0.5  # 0.5 + 0.5*0.4 + 0.5*0.4*0.5
+
+
+def test_train_eagle_load_saved_round_trips_and_refuses_other_layouts():
+    """``bench.train_eagle --evaluate`` loads a saved EAGLE-1 draft as the trainer saved it, and refuses a file with
+    a tensor missing or one it does not know (else the random init would be scored silently)."""
+    import torch
+
+    from bench.train_eagle import EagleDraft, draft_config, load_saved, saved_tensors
+
+    target = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "vocab_size": 64, "max_position_embeddings": 64, "rms_norm_eps": 1e-5}
+    cfg = draft_config(target)
+    torch.manual_seed(0)
+    model = EagleDraft(cfg)
+    tensors = saved_tensors(model)
+    emb, hid, pos = torch.randn(1, 5, 32), torch.randn(1, 5, 32), torch.arange(5)[None]
+    with torch.no_grad():
+        assert torch.allclose(load_saved(cfg, tensors)(emb, hid, pos), model(emb, hid, pos), atol=1e-2)  # float16
+    with pytest.raises(SystemExit, match=r"missing \['fc.bias'\]"):
+        load_saved(cfg, {k: v for k, v in tensors.items() if k != "fc.bias"})
+    with pytest.raises(SystemExit, match=r"unexpected tensors \['lm_head.weight'\]"):
+        load_saved(cfg, {**tensors, "lm_head.weight": torch.zeros(64, 32)})

@@ -97,7 +97,7 @@ def test_the_prompt_set_and_drafter_options():
 DOCS = ("README.md", "docs/benchmarks.md", "docs/adaptive-policy.md", "bench/README.md")
 
 
-def policy_commands(text: str, module: str = "bench.policy") -> list[str]:
+def module_commands(text: str, module: str = "bench.policy") -> list[str]:
     """Every ``python -m <module>`` command in a markdown text: the lines of its code blocks that start with one
     (up to a ``#`` comment), and its inline code spans holding one (wrapped lines joined)."""
     out = []
@@ -116,7 +116,7 @@ def test_every_bench_policy_command_in_the_docs_parses():
     root = Path(__file__).resolve().parents[2]
     seen = 0
     for name in DOCS:
-        for cmd in policy_commands((root / name).read_text()):
+        for cmd in module_commands((root / name).read_text()):
             words = shlex.split(cmd)
             words = words[words.index("bench.policy") + 1:]
             try:
@@ -127,7 +127,7 @@ def test_every_bench_policy_command_in_the_docs_parses():
     assert seen >= 10
 
 
-TRAINING = ("bench.run", "bench.hidden", "bench.train_eagle3", "bench.train_medusa")
+TRAINING = ("bench.run", "bench.hidden", "bench.train_eagle", "bench.train_eagle3", "bench.train_medusa")
 
 
 def parses(module: str, cmd: str) -> bool:
@@ -148,7 +148,7 @@ def test_every_bench_run_and_training_command_in_the_docs_parses(module, capsys)
     root = Path(__file__).resolve().parents[2]
     seen = 0
     for name in DOCS:
-        for cmd in policy_commands((root / name).read_text(), module):
+        for cmd in module_commands((root / name).read_text(), module):
             if re.search(r"<[^>]+>", cmd):
                 continue
             assert parses(module, cmd), f"{name}: `{cmd}` does not parse: {capsys.readouterr().err.strip().splitlines()[-1:]}"
@@ -160,12 +160,14 @@ def test_a_training_command_with_an_unknown_option_does_not_parse():
     assert parses("bench.hidden", "python -m bench.hidden --bf16 --resume --aux-layers 2,15,27")
     assert not parses("bench.hidden", "python -m bench.hidden --bf16 --continue")
     assert not parses("bench.train_eagle3", "python -m bench.train_eagle3 --draft-vocab 12288")
+    assert parses("bench.train_eagle", "python -m bench.train_eagle --evaluate D --heldout-dir .cache/bench/chat")
+    assert not parses("bench.train_eagle", "python -m bench.train_eagle --bf16")
     assert not parses("bench.run", "python -m bench.run --concurrency eight")
 
 
 def test_a_command_that_does_not_parse_is_caught():
     bad = "Run `python -m bench.policy --only EAGLE-4 --stream`.\n```bash\npython -m bench.policy --quick  # fine\n```\n"
-    cmds = policy_commands(bad)
+    cmds = module_commands(bad)
     assert cmds == ["python -m bench.policy --quick", "python -m bench.policy --only EAGLE-4 --stream"]
     with pytest.raises(SystemExit):
         B.parser().parse_args(shlex.split(cmds[1])[3:])
