@@ -102,19 +102,21 @@ list: setup
 clean:
 	rm -rf .venv .cache .demo build dist *.egg-info
 
-# Retrain the EAGLE-3 draft shipped in bench/drafts/smollm2-eagle3 on this CPU (since 2026-12-06): prefill
-# distillation on ShareGPT, below (`make drafts-sharegpt` writing into bench/drafts; about 70 min on 2 cores;
-# bench/README.md "The EAGLE-3 draft"). `make drafts-first` retrains the first drafts (Medusa-1 and EAGLE-1, about
-# 50 min); `make drafts-self-instruct` the EAGLE-3 draft shipped before, on answers SmolLM2 wrote to messages it also
-# wrote (about 80 min, into .cache/bench/smollm2-eagle3-self-instruct). Budgets in minutes; each stage stops early and
-# cleanly when its budget ends.
+# Retrain the EAGLE-3 and EAGLE-1 drafts shipped in bench/drafts/smollm2-eagle3 and bench/drafts/smollm2-eagle on
+# this CPU: prefill distillation on ShareGPT, below (`make drafts-sharegpt` and `make drafts-eagle-sharegpt` writing
+# into bench/drafts; about 125 min on 2 cores; bench/README.md "The EAGLE-3 draft" and "The EAGLE-1 draft").
+# `make drafts-first` retrains the first drafts (Medusa-1, shipped, and the EAGLE-1 draft shipped until 2026-12-06,
+# into .cache/bench/smollm2-eagle-first; about 50 min); `make drafts-self-instruct` the EAGLE-3 draft shipped before,
+# on answers SmolLM2 wrote to messages it also wrote (about 80 min, into .cache/bench/smollm2-eagle3-self-instruct).
+# Budgets in minutes; each stage stops early and cleanly when its budget ends.
 DRAFTS_SI_MIN ?= 9
 DRAFTS_ANSWERS_MIN ?= 24
 DRAFTS_HIDDEN_MIN ?= 16
 DRAFTS_EAGLE3_MIN ?= 27
-.PHONY: drafts drafts-self-instruct drafts-first drafts-sharegpt drafts-eval-sets
+.PHONY: drafts drafts-self-instruct drafts-first drafts-sharegpt drafts-eagle-sharegpt drafts-eval-sets
 drafts: DRAFTS_SG_OUT = bench/drafts/smollm2-eagle3
-drafts: drafts-sharegpt
+drafts: DRAFTS_SG_EAGLE_OUT = bench/drafts/smollm2-eagle
+drafts: drafts-sharegpt drafts-eagle-sharegpt
 	du -sh bench/drafts/*
 
 # The vLLM stages run with vLLM's CPU runtime preloaded and 4 GB of KV cache (128 sequences at once).
@@ -165,7 +167,24 @@ drafts-sharegpt: drafts-eval-sets
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
 	  --out $(DRAFTS_SG_OUT)
 
-# The first drafts: Medusa-1 and EAGLE-1 on the generator's prompts (bench/README.md "Training drafts").
+# An EAGLE-1 draft on the same prefills (bench/README.md "The EAGLE-1 draft"): the prefill of drafts-sharegpt continued
+# to all 8,762 training sequences (`--resume` keeps what is there: about 17 min after drafts-sharegpt's 18, about 35
+# from nothing), then bench.train_eagle on every position. Writes $(DRAFTS_SG_EAGLE_OUT): by default
+# .cache/bench/smollm2-eagle-sharegpt, a candidate (`python -m bench.run --eagle-draft NAME=DIR`); `make drafts` writes
+# bench/drafts/smollm2-eagle. A later drafts-sharegpt prefills afresh (no --resume there), so that it makes the shipped
+# EAGLE-3 draft, on the first 4,640 sequences, again.
+DRAFTS_SG_RESUME_MIN ?= 40
+DRAFTS_SG_EAGLE_MIN ?= 30
+DRAFTS_SG_EAGLE_OUT ?= .cache/bench/smollm2-eagle-sharegpt
+drafts-eagle-sharegpt: drafts-eval-sets
+	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
+	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
+	  --group 32 --budget-min $(DRAFTS_SG_RESUME_MIN) --resume
+	$(PY) -m bench.train_eagle --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
+	  --also-evaluate sharegpt=.cache/bench/sgheld --budget-min $(DRAFTS_SG_EAGLE_MIN) --out $(DRAFTS_SG_EAGLE_OUT)
+
+# The first drafts: Medusa-1 (shipped) and EAGLE-1 (shipped until 2026-12-06) on the generator's prompts
+# (bench/README.md "Training drafts").
 DRAFTS_DATA_MIN ?= 10
 DRAFTS_MEDUSA_MIN ?= 12
 DRAFTS_EAGLE_MIN ?= 15
@@ -176,5 +195,5 @@ drafts-first: setup
 	$(PY) -m bench.hidden --budget-min 8
 	$(PY) -m bench.hidden --data .cache/bench/heldout/heldout.jsonl --out-dir .cache/bench/heldout --budget-min 2
 	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN)
-	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN)
+	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN) --out .cache/bench/smollm2-eagle-first
 	du -sh bench/drafts/*
