@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -64,3 +65,30 @@ def write_json(path: Path, obj) -> None:
 def read_jsonl(path: Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def name_dir(value: str) -> tuple[str, Path]:
+    """``NAME=DIR`` as an option's value (``--also-evaluate``): the name and the folder."""
+    name, sep, path = value.partition("=")
+    if not (sep and name and path):
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {value!r}")
+    return name, Path(path)
+
+
+def add_evaluation_options(ap: argparse.ArgumentParser, hidden: str = "bench.hidden") -> None:
+    """``--also-evaluate NAME=DIR`` and ``--evaluate DRAFT``, as the EAGLE trainers take them (``hidden``: the prefill
+    the answer sets need, as the help shows it)."""
+    ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR", type=name_dir,
+                    help=f"after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
+                         f"{hidden}): train_report.json's evaluations[NAME]; repeatable")
+    ap.add_argument("--evaluate", type=Path, default=None,
+                    help="no training: evaluate this saved draft on --heldout-dir and print the result")
+
+
+def evaluate_only(args: argparse.Namespace, evaluate_saved) -> bool:
+    """``--evaluate DRAFT``: print ``evaluate_saved(DRAFT, --heldout-dir, --eval-steps)``; True when asked (then no
+    training)."""
+    if args.evaluate is None:
+        return False
+    print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
+    return True

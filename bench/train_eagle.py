@@ -41,7 +41,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
+from bench.common import (
+    CACHE,
+    DATA,
+    DRAFTS,
+    Budget,
+    add_evaluation_options,
+    command_line,
+    evaluate_only,
+    seed_everything,
+    write_json,
+)
 from bench.draft_data import (
     IGNORE,
     HiddenData,
@@ -286,18 +296,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout")
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR",
-                    help="after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
-                         "bench.hidden): train_report.json's evaluations[NAME]; repeatable")
-    ap.add_argument("--evaluate", type=Path, default=None,
-                    help="no training: evaluate this saved draft on --heldout-dir and print the result")
+    add_evaluation_options(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.evaluate is not None:
-        print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
+    if evaluate_only(args, evaluate_saved):
         return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
@@ -377,9 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     if heldout_res:
         print("held-out prompts:", heldout_res)
     evaluations = {}
-    for spec in args.also_evaluate:
-        name, _, path = spec.partition("=")
-        evaluations[name] = evaluate_saved(args.out, Path(path), args.eval_steps)
+    for name, path in args.also_evaluate:
+        evaluations[name] = evaluate_saved(args.out, path, args.eval_steps)
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),

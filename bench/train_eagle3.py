@@ -48,7 +48,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.common import CACHE, DRAFTS, Budget, command_line, seed_everything, write_json
+from bench.common import (
+    CACHE,
+    DRAFTS,
+    Budget,
+    add_evaluation_options,
+    command_line,
+    evaluate_only,
+    seed_everything,
+    write_json,
+)
 from bench.draft_data import IGNORE, HiddenData, expected_accepted, load_hidden_data, load_lm_head
 from bench.train_eagle import make_batches
 from bench.trainloop import train_loop
@@ -312,18 +321,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--init", type=Path, default=None,
                     help="continue training this saved draft (its weights, draft vocabulary and MLP width) instead of "
                          "starting from scratch")
-    ap.add_argument("--also-evaluate", action="append", default=[], metavar="NAME=DIR",
-                    help="after training, also evaluate the saved draft on the answers in DIR (bench.make_data + "
-                         "bench.hidden --aux-layers): train_report.json's evaluations[NAME]; repeatable")
-    ap.add_argument("--evaluate", type=Path, default=None,
-                    help="no training: evaluate this saved draft on --heldout-dir and print the result")
+    add_evaluation_options(ap, "bench.hidden --aux-layers")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.evaluate is not None:
-        print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir, args.eval_steps), indent=1))
+    if evaluate_only(args, evaluate_saved):
         return
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
@@ -418,9 +422,8 @@ def main(argv: list[str] | None = None) -> None:
     final_train = evaluate(saved, data, aux, data.train_seqs[: len(data.val_seqs)], W, w_d, t2d_id, args.eval_steps)
     held_res = evaluate(saved, held, held_aux, held_seqs, W, w_d, t2d_id, args.eval_steps) if held else None
     evaluations = {}
-    for spec in args.also_evaluate:
-        name, _, path = spec.partition("=")
-        evaluations[name] = evaluate_saved(args.out, Path(path), args.eval_steps)
+    for name, path in args.also_evaluate:
+        evaluations[name] = evaluate_saved(args.out, path, args.eval_steps)
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),

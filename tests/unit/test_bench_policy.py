@@ -162,6 +162,11 @@ def test_a_training_command_with_an_unknown_option_does_not_parse():
     assert not parses("bench.train_eagle3", "python -m bench.train_eagle3 --draft-vocab 12288")
     assert parses("bench.train_eagle", "python -m bench.train_eagle --evaluate D --heldout-dir .cache/bench/chat")
     assert not parses("bench.train_eagle", "python -m bench.train_eagle --bf16")
+    # --also-evaluate takes NAME=DIR: a bare folder (no name to file its figures under) is refused at parse time
+    assert parses("bench.train_eagle", "python -m bench.train_eagle --also-evaluate sharegpt=.cache/bench/sgheld")
+    for bad in ("sharegpt", "=.cache/bench/sgheld", "sharegpt="):
+        assert not parses("bench.train_eagle", f"python -m bench.train_eagle --also-evaluate {bad}")
+        assert not parses("bench.train_eagle3", f"python -m bench.train_eagle3 --also-evaluate {bad}")
     assert not parses("bench.run", "python -m bench.run --concurrency eight")
 
 
