@@ -72,6 +72,12 @@ def _keep_prefix(tmp: Path, out: Path, n_pos: int) -> None:
     tmp.unlink()
 
 
+def _copy_rows(dst: np.ndarray, src: np.ndarray, n: int, chunk: int = 1 << 18) -> None:
+    """``dst[:n] = src[:n]``, ``chunk`` rows at a time (memmaps of millions of rows, never all in memory)."""
+    for c in range(0, n, chunk):
+        dst[c: min(c + chunk, n)] = src[c: min(c + chunk, n)]
+
+
 def resumable(out_dir: Path, recs: list[dict], aux_layers: list[int], bf16: bool) -> int:
     """How many of ``recs`` (in order) the prefill in ``out_dir`` already holds; raises ``SystemExit`` naming what
     differs when that prefill is not of these records with these settings (nothing there: 0)."""
@@ -153,13 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     if start:  # the rows already prefilled, copied into the new files
         kept = int(offsets[start])
         old_hidden, old_index = load_hidden(args.out_dir)
-        for c in range(0, kept, 1 << 18):
-            hidden[c: min(c + (1 << 18), kept)] = old_hidden[c: min(c + (1 << 18), kept)]
+        _copy_rows(hidden, old_hidden, kept)
         greedy[:kept] = old_index["greedy"].numpy()
         if aux is not None:
             old_aux = np.load(out_path.with_name("aux_f16.npy"), mmap_mode="r")
-            for c in range(0, kept, 1 << 18):
-                aux[c: min(c + (1 << 18), kept)] = old_aux[c: min(c + (1 << 18), kept)]
+            _copy_rows(aux, old_aux, kept)
             del old_aux
         del old_hidden, old_index
         print(f"--resume: {start} sequences ({kept} positions) kept from {args.out_dir}")

@@ -69,6 +69,17 @@ def test_keep_prefix_moves_or_truncates_the_memmap(tmp_path):
         assert np.array_equal(np.load(out), np.arange(20, dtype=np.float16).reshape(5, 4)[:n_pos])
 
 
+def test_copy_rows_copies_the_first_n_rows_in_chunks():
+    import numpy as np
+
+    from bench.hidden import _copy_rows
+
+    src = np.arange(20, dtype=np.float16).reshape(10, 2)
+    dst = np.full((12, 2), -1, dtype=np.float16)
+    _copy_rows(dst, src, 7, chunk=3)  # chunks of 3, 3 and 1 rows
+    assert (dst[:7] == src[:7]).all() and (dst[7:] == -1).all()
+
+
 def test_hidden_resume_keeps_only_a_prefill_of_the_same_records_and_settings(tmp_path):
     import torch
 
