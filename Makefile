@@ -159,10 +159,12 @@ drafts-eval-sets: setup
 DRAFTS_SG_HIDDEN_MIN ?= 18
 DRAFTS_SG_EAGLE3_MIN ?= 45
 DRAFTS_SG_OUT ?= .cache/bench/smollm2-eagle3-sharegpt
+# The ShareGPT prefill, one set of settings for both recipes (`--resume` refuses a prefill made with other ones).
+DRAFTS_SG_PREFILL = $(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg \
+  --aux-layers 2,15,27 --group 32
 drafts-sharegpt: drafts-eval-sets
 	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
-	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
-	  --group 32 --budget-min $(DRAFTS_SG_HIDDEN_MIN)
+	$(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_HIDDEN_MIN)
 	$(PY) -m bench.train_eagle3 --bf16 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
 	  --out $(DRAFTS_SG_OUT)
@@ -178,8 +180,7 @@ DRAFTS_SG_EAGLE_MIN ?= 30
 DRAFTS_SG_EAGLE_OUT ?= .cache/bench/smollm2-eagle-sharegpt
 drafts-eagle-sharegpt: drafts-eval-sets
 	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
-	$(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg --aux-layers 2,15,27 \
-	  --group 32 --budget-min $(DRAFTS_SG_RESUME_MIN) --resume
+	$(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_RESUME_MIN) --resume
 	$(PY) -m bench.train_eagle --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --also-evaluate sharegpt=.cache/bench/sgheld --budget-min $(DRAFTS_SG_EAGLE_MIN) --out $(DRAFTS_SG_EAGLE_OUT)
 

@@ -381,9 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         if heldout else None
     if heldout_res:
         print("held-out prompts:", heldout_res)
-    evaluations = {}
-    for name, path in args.also_evaluate:
-        evaluations[name] = evaluate_saved(args.out, path, args.eval_steps)
+    evaluations = {name: evaluate_saved(args.out, path, args.eval_steps) for name, path in args.also_evaluate}
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),

@@ -421,9 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     final_val = evaluate(saved, data, aux, data.val_seqs, W, w_d, t2d_id, args.eval_steps)
     final_train = evaluate(saved, data, aux, data.train_seqs[: len(data.val_seqs)], W, w_d, t2d_id, args.eval_steps)
     held_res = evaluate(saved, held, held_aux, held_seqs, W, w_d, t2d_id, args.eval_steps) if held else None
-    evaluations = {}
-    for name, path in args.also_evaluate:
-        evaluations[name] = evaluate_saved(args.out, path, args.eval_steps)
+    evaluations = {name: evaluate_saved(args.out, path, args.eval_steps) for name, path in args.also_evaluate}
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),
