@@ -65,6 +65,8 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),
         "eagle_bias": make_tiny_eagle(d / "tiny-eagle-1-bias", target, fc_bias=True, fmt="bin"),
         "variant": _variant(make_tiny_eagle(d / "tiny-variant", target)),
+        # EAGLE-1 with a draft vocabulary (d2t, no lm_head): the target's 128 most frequently produced tokens.
+        "eagle_vocab": make_tiny_eagle(d / "tiny-eagle-1-vocab", target, draft_vocab=128),
         # "eagle3" in the folder name: vLLM's path heuristic picks method "eagle3" without being told.
         # Draft vocabulary: the target's 200 most frequently produced tokens (d2t/t2d).
         "eagle3": make_tiny_eagle3(d / "tiny-eagle3", target, draft_vocab=200),

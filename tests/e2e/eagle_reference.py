@@ -33,7 +33,7 @@ def _rope(x, pos, theta, head_dim):
 
 class EagleReference:
     def __init__(self, sd: dict, cfg: dict, target_lm_head: torch.Tensor, target_embed: torch.Tensor,
-                 use_bias: bool = True) -> None:
+                 use_bias: bool = True, use_vocab: bool = True) -> None:
         self.sd, self.cfg = sd, cfg
         self.H = cfg["hidden_size"]
         self.nh = cfg["num_attention_heads"]
@@ -43,6 +43,8 @@ class EagleReference:
         self.embed = sd.get("embed_tokens.weight", target_embed)
         self.lm = sd.get("lm_head.weight", target_lm_head)
         self.fc_bias = sd.get("fc.bias") if use_bias else None
+        # a draft vocabulary: target id = draft id + d2t[draft id]; the others are never drafted
+        self.vocab = torch.arange(sd["d2t"].numel()) + sd["d2t"] if "d2t" in sd and use_vocab else None
 
     def layer_input(self, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(torch.cat([self.embed[tokens], hidden], dim=-1), self.sd["fc.weight"], self.fc_bias)
@@ -72,7 +74,11 @@ class EagleReference:
         return h + residual
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
-        return F.linear(out, self.lm)
+        if self.vocab is None:
+            return F.linear(out, self.lm)
+        full = torch.full(out.shape[:-1] + (self.lm.shape[0],), float("-inf"), dtype=out.dtype)
+        full[..., self.vocab] = F.linear(out, self.lm[self.vocab])
+        return full
 
 
 def replay(records: list[dict], ref: EagleReference, margin: float = 1e-3) -> dict[str, int]:

@@ -88,6 +88,30 @@ def _eagle3_bad_layers(tiny, tmp_path):
     return make_tiny_eagle3(tmp_path / "tiny-eagle3-bad", tiny["target"], aux_layer_ids=[0, 1, 5])
 
 
+def _bad_d2t(kind, change):
+    """An EAGLE-1 (``kind="eagle"``) or EAGLE-3 draft with a draft vocabulary (d2t) of 128 tokens, then broken:
+    ``outside`` (the last draft id mapped one past the target's last id), ``repeat`` (draft id 1 mapped to draft id
+    0's token) or ``lm_head`` (an EAGLE-1 lm_head.weight beside d2t)."""
+
+    def build(tiny, tmp_path):
+        from vllm_spec_plugins.testing.fixtures import make_tiny_eagle, make_tiny_eagle3
+
+        if kind == "eagle":
+            draft = make_tiny_eagle(tmp_path / "tiny-eagle-1-d2t", tiny["target"], draft_vocab=128)
+        else:
+            draft = make_tiny_eagle3(tmp_path / "tiny-eagle3-d2t", tiny["target"], draft_vocab=128)
+        sd = load_file(str(draft / "model.safetensors"))
+        if change == "outside":
+            sd["d2t"][-1] = 259 - 127
+        elif change == "repeat":
+            sd["d2t"][1] = sd["d2t"][0] - 1
+        else:
+            sd["lm_head.weight"] = load_file(str(tiny["target"] / "model.safetensors"))["lm_head.weight"]
+        save_file(sd, str(draft / "model.safetensors"))
+        return draft
+    return build
+
+
 def _medusa_truncated_without_map(tiny, tmp_path):
     return _edit(_copy(tiny, tmp_path, "medusa", "medusa-trunc"), truncated_vocab_size=100)
 
@@ -170,6 +194,14 @@ CASES = {
                                      "key 'vllm_spec_plugin' names plugin 'eagle'"),
     "zero-spec-tokens": Case(("67",), lambda t, p: t["medusa"], "a speculative config needs num_speculative_tokens >= 1",
                              spec_tokens=0),
+    "d2t-outside-target-vocabulary": Case(("80",), _bad_d2t("eagle", "outside"),
+                                          "d2t maps draft id 127 to target id 259, outside the target's vocabulary "
+                                          "[0, 259)", same="what"),
+    "d2t-repeats-a-token": Case(("80",), _bad_d2t("eagle3", "repeat"), "d2t maps two draft ids to the same target id",
+                                same="what"),
+    "eagle1-d2t-with-lm-head": Case(("81",), _bad_d2t("eagle", "lm_head"),
+                                    "has both d2t and lm_head.weight. An EAGLE-1 draft vocabulary (d2t) takes the "
+                                    "target lm_head's rows of its tokens", same="what"),
     # -- accepted: the same server -----------------------------------------------------------------------
     "medusa": Case((), lambda t, p: t["medusa"], served_by="medusa"),
     "mlp-speculator": Case((), lambda t, p: t["mlp"], served_by="mlp_speculator"),

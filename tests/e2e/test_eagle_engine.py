@@ -32,14 +32,14 @@ def _records(trace) -> list[dict]:
     return [torch.load(f, weights_only=True) for f in files]
 
 
-def _reference(ckpt, target, use_bias=True) -> EagleReference:
+def _reference(ckpt, target, use_bias=True, use_vocab=True) -> EagleReference:
     from safetensors.torch import load_file
 
     files = list(ckpt.glob("*.safetensors"))
     sd = load_file(str(files[0])) if files else torch.load(ckpt / "pytorch_model.bin", weights_only=True)
     t = load_file(str(target / "model.safetensors"))
     return EagleReference(sd, json.loads((ckpt / "config.json").read_text()), t["lm_head.weight"],
-                          t["model.embed_tokens.weight"], use_bias=use_bias)
+                          t["model.embed_tokens.weight"], use_bias=use_bias, use_vocab=use_vocab)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +146,42 @@ def test_third_party_attention_drafter_gets_extras_and_state(tiny, baseline, tmp
                 assert int(count[b]) == int(pos[sample[b]]) - prompt_len[rid] + 2
                 checked += 1
     assert checked >= len(PROMPTS) * 10
+
+
+@pytest.fixture(scope="module")
+def vocab_runs(tiny, tmp_path_factory):
+    """An EAGLE-1 draft with a draft vocabulary (``d2t``: the tiny target's 128 most frequent of 259 tokens), no
+    lm_head of its own, at TP=1 and TP=2."""
+    ckpt = tiny["eagle_vocab"]
+    runs = {}
+    for tp in (1, 2):
+        trace = tmp_path_factory.mktemp(f"eagle-vocab-tp{tp}")
+        spec = {"model": str(ckpt), "num_speculative_tokens": 3, "method": "eagle"}
+        r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                       tensor_parallel_size=tp, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF})
+        runs[tp] = (r, _records(trace))
+    return ckpt, runs
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_draft_vocabulary_drafts_from_the_target_rows_of_its_tokens(vocab_runs, tiny, baseline, tp):
+    """d2t without lm_head.weight: every draft is the argmax over the target lm_head's rows of the draft vocabulary
+    (a plain-torch reference), never a token outside it. Under TP=2 each rank holds half the target head's rows,
+    which are gathered across ranks. The same reference over the full vocabulary disagrees: the test can tell."""
+    from safetensors.torch import load_file
+
+    ckpt, runs = vocab_runs
+    r, records = runs[tp]
+    assert r.outputs == baseline.outputs
+    assert INFO.format(ckpt) in r.log
+    assert r.metrics["accepted"] > 0
+    sd = load_file(str(ckpt / "model.safetensors"))
+    vocab = set((torch.arange(sd["d2t"].numel()) + sd["d2t"]).tolist())
+    seen = set(torch.cat([rec["drafts"].flatten() for rec in records]).tolist())
+    assert seen <= vocab
+    assert max(seen) >= len(vocab), "no draft above the draft vocabulary's size: d2t offsets untested"
+    stats = replay(records, _reference(ckpt, tiny["target"]))
+    assert stats["compared"] >= 150 and stats["equal"] == stats["compared"], stats
+    full = replay(records, _reference(ckpt, tiny["target"], use_vocab=False))
+    assert full["equal"] < full["compared"], "the draft vocabulary never changed a draft: the test cannot tell"
+

@@ -135,10 +135,11 @@ def test_v1_can_be_kept_for_plugin_drafters(tiny, base_v2):
 
 
 #: Checkpoint layouts the plugins serve, each on both runners: FasterDecoding Medusa with biases (.pt,
-#: K < heads), EAGLE-1 with fc.bias (.bin), EAGLE-3 with d2t and no lm_head (rows taken from the target),
-#: the tied, scaled fms-extras MLP speculator with a key prefix.
+#: K < heads), EAGLE-1 with fc.bias (.bin), EAGLE-1 with a draft vocabulary (d2t, as the shipped SmolLM2 draft),
+#: EAGLE-3 with d2t and no lm_head (rows taken from the target), the tied, scaled fms-extras MLP speculator with a
+#: key prefix.
 LAYOUTS = [("medusa_old_bias", {"method": "medusa", "num_speculative_tokens": 2}), ("eagle_bias", {}),
-           ("eagle3_no_head", {}), ("mlp_tied", {})]
+           ("eagle_vocab", {}), ("eagle3_no_head", {}), ("mlp_tied", {})]
 
 
 @pytest.mark.parametrize("draft,extra", LAYOUTS, ids=[d for d, _ in LAYOUTS])

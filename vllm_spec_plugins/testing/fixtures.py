@@ -334,13 +334,17 @@ def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str
 
 def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str], *, num_layers: int = 1,
                     fc_bias: bool = False, noise: float = 0.05, seed: int = 2, own_embed: bool = True,
-                    own_lm_head: bool = False, fmt: str = "safetensors") -> Path:
+                    own_lm_head: bool = False, draft_vocab: int | None = None, fmt: str = "safetensors") -> Path:
     """An EAGLE-1 checkpoint (EAGLE authors' layout) for the tiny target.
 
     Built to be accepted often: ``fc = [I | small]`` passes the token embedding through,
     ``embed_tokens`` is the target's lm_head (so the draft leans towards repeating the
     last token, which a random tiny target often does), and small random attention and
     MLP weights make the draft depend on the context through its own KV cache.
+
+    ``draft_vocab``: a draft vocabulary of the target's most frequently produced tokens
+    (:func:`target_frequent_tokens`), stored as ``d2t``/``t2d`` (the EAGLE plugin then drafts from the
+    target lm_head's rows of those tokens alone).
     """
     import torch
 
@@ -370,6 +374,11 @@ def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str]
         sd["embed_tokens.weight"] = lm / lm.norm(dim=1, keepdim=True) * 8
     if own_lm_head:
         sd["lm_head.weight"] = lm.clone() + rnd(V, H)
+    if draft_vocab is not None:
+        sel = torch.tensor(sorted(target_frequent_tokens(target)[:draft_vocab]))
+        sd["d2t"] = (sel - torch.arange(draft_vocab)).to(torch.int64)  # target id = draft id + d2t[draft id]
+        sd["t2d"] = torch.zeros(V, dtype=torch.bool)
+        sd["t2d"][sel] = True
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
            "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": 4,
            "num_key_value_heads": 4, "head_dim": 32, "vocab_size": V, "max_position_embeddings": 512,

@@ -122,3 +122,25 @@ def test_eagle3_logits_from_target_rows_go_through_vllms_gemm(eagle3, monkeypatc
     monkeypatch.delattr(utils, "dispatch_unquantized_gemm")
     x = torch.randn(2, 64)
     torch.testing.assert_close(eagle3.rows_gemm(rows)(x), x @ rows.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("d2t,problem", [
+    ([0, 0, 0], None),                       # the first three target ids
+    ([5, 7, 1], None),                       # target ids 5, 8, 3: any order
+    ([0, 0, 8], "maps draft id 2 to target id 10, outside the target's vocabulary [0, 10)"),
+    ([0, -2, 0], "maps draft id 1 to target id -1, outside"),
+    ([1, 0, 0], "maps two draft ids to the same target id"),  # 1, 1, 2
+    ([0] * 11, "has shape [11], expected [draft_vocab_size] with draft_vocab_size <= 10"),
+])
+def test_d2t_is_checked_against_the_target_vocabulary(d2t, problem):
+    """A draft vocabulary that names a token outside the target's vocabulary or names one twice is refused with the
+    checkpoint and the offending draft id; a valid one in any order passes."""
+    import torch
+    from vllm_spec_eagle.vocab import check_d2t
+
+    if problem is None:
+        check_d2t(torch.tensor(d2t), 10, "/ckpt")
+        return
+    with pytest.raises(ValueError) as ei:
+        check_d2t(torch.tensor(d2t), 10, "/ckpt")
+    assert str(ei.value).startswith("vllm-spec-eagle: checkpoint '/ckpt': d2t ") and problem in str(ei.value)

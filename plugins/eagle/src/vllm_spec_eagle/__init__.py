@@ -9,7 +9,9 @@ vLLM's multi-step EAGLE drafting loop.
   accepts an own ``lm_head``. Checkpoints in the EAGLE authors' layout: a Llama
   ``config.json`` whose ``num_hidden_layers`` counts draft layers, ``fc.weight``/``fc.bias``
   [H, 2H], ``layers.{i}.*``, optional ``embed_tokens.weight`` and ``lm_head.weight`` (shared
-  from the target when absent), as ``.safetensors`` or ``.bin``. vLLM wraps such a config in
+  from the target when absent), or instead of ``lm_head.weight`` a draft vocabulary ``d2t``
+  (``t2d`` ignored): logits from the target lm_head's rows of those tokens alone, as
+  ``.safetensors`` or ``.bin``. vLLM wraps such a config in
   its ``EAGLEConfig`` and names the architecture ``EagleLlamaForCausalLM``.
 * **EAGLE-3** (``vllm_spec_eagle.eagle3:Eagle3DraftModel``): fed with chosen target layers
   (``eagle_aux_hidden_state_layer_ids`` in its ``config.json``; vLLM's default layers when

@@ -24,7 +24,7 @@ with the target's head frozen need not store it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
@@ -37,6 +37,7 @@ from vllm.model_executor.models.llama import LlamaDecoderLayer
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
 from .model import add_bias, load_param
+from .vocab import DraftVocabulary, check_d2t, rows_gemm  # noqa: F401 (rows_gemm: its former home)
 
 logger = logging.getLogger("vllm.spec_plugins.eagle")
 
@@ -170,30 +171,7 @@ class Eagle3Decoder(nn.Module):
         last.self_attn(positions=positions, hidden_states=x)
 
 
-def rows_gemm(rows: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``x -> x @ rows.T`` through the GEMM vLLM's platform uses for its own unquantized linear layers.
-
-    On vLLM's CPU build that is oneDNN with the weight prepacked once: for one row of SmolLM2-135M's hidden size
-    against a 7,936-token draft vocabulary (the draft shipped until 2026-12-06) it took 0.48 ms inside an engine,
-    where ``x @ rows.T`` took 1.2 ms, and every pass of the draft computes these logits. Elsewhere (CUDA) it is
-    ``F.linear``. Where this vLLM lays the dispatch out differently, the plain product.
-    """
-    holder = nn.Module()
-    holder.weight = nn.Parameter(rows, requires_grad=False)
-    try:
-        from vllm.model_executor.layers import utils
-        from vllm.platforms import current_platform
-
-        if current_platform.is_cpu():
-            utils.dispatch_cpu_unquantized_gemm(holder, remove_weight=False)  # sets holder.cpu_linear
-        gemm = utils.dispatch_unquantized_gemm()
-    except (ImportError, AttributeError, TypeError) as e:
-        logger.debug("vllm-spec-eagle: vLLM's GEMM dispatch unavailable (%s); draft logits by torch", e)
-        return lambda x: torch.nn.functional.linear(x, rows)
-    return lambda x: gemm(holder, x, rows, None)
-
-
-class Eagle3DraftModel(nn.Module):
+class Eagle3DraftModel(DraftVocabulary, nn.Module):
     """EAGLE-3 draft for a Llama-family target (SafeAILab layout, also speculators' ``layers.0.*``).
 
     ``combine_hidden_states(h [N, n_layers * H_target]) -> [N, H]`` (the shim calls it before
@@ -232,9 +210,6 @@ class Eagle3DraftModel(nn.Module):
         else:
             self.draft_id_to_target_id = None
         self.rows_from_target = False  # set by load_weights: d2t without lm_head.weight
-        self._target_rows: torch.Tensor | None = None
-        self._rows_logits: Callable[[torch.Tensor], torch.Tensor] | None = None
-        self._draft_targets: torch.Tensor | None = None
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
@@ -258,59 +233,6 @@ class Eagle3DraftModel(nn.Module):
             self.model.write_kv(input_ids, positions, hidden_states, inputs_embeds)
             return None
         return self.model(input_ids, positions, hidden_states, inputs_embeds)
-
-    def draft_targets(self) -> torch.Tensor:
-        """The target id of every draft id, ``arange(draft_vocab) + d2t`` (built once, after loading)."""
-        if self._draft_targets is None:
-            d2t = self.draft_id_to_target_id
-            self._draft_targets = torch.arange(self.config.draft_vocab_size, device=d2t.device) + d2t
-        return self._draft_targets
-
-    def target_rows(self) -> torch.Tensor:
-        """The target lm_head's rows of the draft vocabulary ``[draft_vocab, H]``, replicated on every rank.
-
-        vLLM shares the target's (vocab-parallel) lm_head with a draft that has none; each rank
-        gathers the rows of its vocabulary shard and an all-reduce sums them (once, on the first call).
-        """
-        if self._target_rows is None:
-            head = self.lm_head
-            weight = getattr(head, "weight", None)
-            shard = getattr(head, "shard_indices", None)
-            if not isinstance(weight, torch.Tensor) or shard is None:
-                raise ValueError(f"vllm-spec-eagle: draft '{self.checkpoint}' has d2t but no lm_head.weight, so its "
-                                 f"logits use the target's lm_head rows, and the target's lm_head "
-                                 f"({type(head).__name__}) has no plain weight to take them from (quantized?). "
-                                 f"Store lm_head.weight [draft_vocab_size, hidden_size] in the checkpoint.")
-            targets = self.draft_targets()
-            start, end = shard.org_vocab_start_index, shard.org_vocab_end_index
-            local = (targets >= start) & (targets < end)
-            rows = weight[(targets - start).clamp(0, weight.shape[0] - 1)] * local[:, None].to(weight.dtype)
-            from vllm.distributed import get_tensor_model_parallel_world_size, tensor_model_parallel_all_reduce
-
-            if get_tensor_model_parallel_world_size() > 1:
-                rows = tensor_model_parallel_all_reduce(rows)
-            self._target_rows = rows.contiguous()
-        return self._target_rows
-
-    def rows_logits(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``h -> h @ target_rows().T``, by vLLM's GEMM for the platform (:func:`rows_gemm`; built once)."""
-        if self._rows_logits is None:
-            self._rows_logits = rows_gemm(self.target_rows())
-        return self._rows_logits
-
-    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        if self.rows_from_target:
-            logits = self.rows_logits()(hidden_states)
-            if self.logits_processor.scale != 1.0:
-                logits = logits * self.logits_processor.scale
-        else:
-            logits = self.logits_processor(self.lm_head, hidden_states)
-        if logits is None or self.draft_id_to_target_id is None:
-            return logits
-        targets = self.draft_targets()
-        out = logits.new_full((logits.shape[0], self.config.vocab_size), float("-inf"))
-        out[:, targets] = logits
-        return out
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())
@@ -352,6 +274,8 @@ class Eagle3DraftModel(nn.Module):
         loaded |= optional & set(params)
         # A draft vocabulary without its own head: the target's rows (no d2t: its first rows, as vLLM slices).
         self.rows_from_target = not self.has_own_lm_head and self.draft_id_to_target_id is not None
+        if self.draft_id_to_target_id is not None:
+            check_d2t(self.draft_id_to_target_id, self.config.vocab_size, self.checkpoint)
         missing = sorted(set(params) - loaded)
         if missing:
             raise ValueError(f"vllm-spec-eagle: EAGLE-3 checkpoint '{self.checkpoint}' lacks {missing}")

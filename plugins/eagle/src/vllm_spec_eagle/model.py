@@ -13,6 +13,8 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, 
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.llama import LlamaDecoderLayer
 
+from .vocab import DraftVocabulary, check_d2t
+
 #: q/k/v and gate/up are stacked in vLLM's Llama layers.
 _STACKED = ((".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
             (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1))
@@ -88,12 +90,16 @@ class EagleDecoder(nn.Module):
         last.self_attn(positions=positions, hidden_states=x)
 
 
-class EagleDraftModel(nn.Module):
+class EagleDraftModel(DraftVocabulary, nn.Module):
     """EAGLE-1 draft for a Llama-family target.
 
     ``forward(input_ids, positions, hidden_states) -> (hidden for logits, hidden for the next step)``;
     the shim's attention-drafter adapter calls it inside vLLM's EAGLE loop. With ``kv_only=True`` (API 4: a pass
     whose outputs are discarded) it writes the draft KV cache alone (:meth:`EagleDecoder.write_kv`).
+
+    A checkpoint with ``d2t`` (and no ``lm_head.weight``) drafts from a draft vocabulary: its logits are the
+    target lm_head's rows of those tokens alone (:class:`~vllm_spec_eagle.vocab.DraftVocabulary`), a fraction of
+    the full head's cost in every draft pass. vLLM's built-in EAGLE-1 has no draft vocabulary.
     """
 
     # vLLM's EAGLE machinery shares the target's embeddings / lm_head unless these become True.
@@ -111,6 +117,8 @@ class EagleDraftModel(nn.Module):
         self.model = EagleDecoder(vllm_config=vllm_config, prefix=f"{prefix}.model" if prefix else "model",
                                   start_layer_id=target_layers)
         self.logits_processor = LogitsProcessor(self.config.vocab_size, scale=getattr(self.config, "logit_scale", 1.0))
+        self.draft_id_to_target_id: nn.Parameter | None = None  # set by load_weights from d2t
+        self.rows_from_target = False  # d2t: the target lm_head's rows of the draft vocabulary
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
@@ -123,14 +131,20 @@ class EagleDraftModel(nn.Module):
         h = self.model(input_ids, positions, hidden_states)
         return h, h
 
-    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.logits_processor(self.lm_head, hidden_states)
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())
         loaded: set[str] = set()
         for raw, w in weights:
             name = raw[len("model."):] if raw.startswith("model.") else raw
+            if name == "t2d":
+                continue  # target -> draft membership mask; d2t says it all
+            if name == "d2t":
+                self.draft_id_to_target_id = nn.Parameter(torch.zeros(w.shape, dtype=torch.long,
+                                                                      device=self.model.fc.weight.device),
+                                                          requires_grad=False)
+                self.draft_id_to_target_id.data.copy_(w)
+                loaded.add("draft_id_to_target_id")
+                continue
             if name == "lm_head.weight":
                 if not hasattr(self, "lm_head") or not isinstance(self.lm_head, ParallelLMHead):
                     self.lm_head = ParallelLMHead(self.config.vocab_size, self.config.hidden_size,
@@ -154,9 +168,17 @@ class EagleDraftModel(nn.Module):
             load_param(params, name, w, loaded, lambda ok, raw=raw: self._check(ok, raw))
         if not self.has_own_embed_tokens:
             loaded.add("model.embed_tokens.weight")  # shared from the target by vLLM's EAGLE loader
-        missing = sorted(set(params) - loaded)
+        missing = sorted(set(params) - loaded - {"draft_id_to_target_id"})
         if missing:
             raise ValueError(f"vllm-spec-eagle: checkpoint '{self.checkpoint}' lacks {missing}")
+        if self.draft_id_to_target_id is not None:
+            if self.has_own_lm_head:
+                raise ValueError(
+                    f"vllm-spec-eagle: EAGLE-1 checkpoint '{self.checkpoint}' has both d2t and lm_head.weight. An "
+                    f"EAGLE-1 draft vocabulary (d2t) takes the target lm_head's rows of its tokens; drop "
+                    f"lm_head.weight, or drop d2t to draft from the full vocabulary with its own head.")
+            check_d2t(self.draft_id_to_target_id, self.config.vocab_size, self.checkpoint)
+            self.rows_from_target = True
         return loaded
 
     def _check(self, ok: bool, raw: str) -> None:
@@ -165,4 +187,5 @@ class EagleDraftModel(nn.Module):
                 f"vllm-spec-eagle: checkpoint '{self.checkpoint}' has key {raw!r}, which is not an EAGLE-1 weight. "
                 f"Expected fc.weight/fc.bias, layers.{{i}}.self_attn.{{q,k,v,o}}_proj.weight, "
                 f"layers.{{i}}.mlp.{{gate,up,down}}_proj.weight, layers.{{i}}.post_attention_layernorm.weight, "
-                f"layers.{{i>0}}.input_layernorm.weight, optional embed_tokens.weight and lm_head.weight.")
+                f"layers.{{i>0}}.input_layernorm.weight, optional embed_tokens.weight, lm_head.weight, d2t (draft "
+                f"vocabulary) and t2d.")
