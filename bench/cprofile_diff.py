@@ -104,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
         return 0
     from bench.floor import floor_rows
-    from bench.run import DRAFTS, held_out_prompt_ids
+    from bench.run import CACHE, DRAFT_VOCAB, DRAFTS, held_out_prompt_ids, materialize_eagle
     from bench.smollm2 import ensure_smollm2
     from vllm_spec_plugins.cpu_env import preload_env
 
-    rows = floor_rows(DRAFTS, args.k)
+    rows = floor_rows(DRAFTS, args.k, materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab",
+                                                        DRAFT_VOCAB))
     chosen = ["no speculation", *(args.rows or [r for r in rows if r != "no speculation"])]
     unknown = [r for r in chosen if r not in rows]
     if unknown:

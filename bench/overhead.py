@@ -156,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print("RESULT " + json.dumps(_measure_row(json.loads(args.child))), flush=True)
         return 0
-    from bench.run import CACHE, DRAFTS, held_out_prompt_ids, materialize_builtin_medusa, vllm_minor
+    from bench.run import (
+        CACHE,
+        DRAFT_VOCAB,
+        DRAFTS,
+        held_out_prompt_ids,
+        materialize_builtin_medusa,
+        materialize_eagle,
+        vllm_minor,
+    )
     from bench.smollm2 import ensure_smollm2
 
     target = ensure_smollm2()
@@ -165,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     prompts, _ = held_out_prompt_ids(target, n)
     med = materialize_builtin_medusa(DRAFTS / "smollm2-medusa", target, CACHE / "medusa-with-lm-head", False)
     k_med = 2  # as bench.run: the first two heads
-    eag = DRAFTS / "smollm2-eagle"
+    # the shim's overhead against vLLM's own EAGLE on the same work: the draft without its draft vocabulary, which
+    # vLLM's EAGLE-1 has not (with it, ours computes a quarter of the logits: bench.floor --k 1)
+    eag = materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab", DRAFT_VOCAB)
     rows = {
         "our Medusa": ({"model": str(med), "num_speculative_tokens": k_med}, {}),
         "our EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"}, {}),

@@ -3,7 +3,8 @@
 Rows (each a real vLLM engine in its own process, kept alive for the whole group; with ``--restart`` started afresh
 for each repetition):
 no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
-without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; our EAGLE-3, as a user gets it
+without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; (``--rows`` only) our EAGLE without its draft
+vocabulary (``our EAGLE, full vocabulary``); our EAGLE-3, as a user gets it
 and as the draft alone; vLLM's n-gram drafter. A row named ``our ...`` runs what a user gets by default, prompt-lookup
 drafts beside the plugin's included (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` unset: ``auto``, on with the adaptive
 policy); ``our ..., draft alone`` sets it ``off`` (``--rows`` only for Medusa and EAGLE-1; measurements before
@@ -176,14 +177,25 @@ def materialize_builtin_medusa(src: Path, target: Path, dst: Path, drop_bias: bo
     return dst
 
 
-def materialize_eagle_nobias(src: Path, dst: Path) -> Path:
+#: an EAGLE draft's vocabulary tensors (the shipped EAGLE-1 draft holds the EAGLE-3 draft's: bench/README.md)
+DRAFT_VOCAB = ("d2t", "t2d")
+
+
+def materialize_eagle(src: Path, dst: Path, drop: tuple[str, ...]) -> Path:
+    """A copy of the EAGLE-1 draft ``src`` without the tensors ``drop``."""
     from safetensors.torch import load_file, save_file
 
     dst.mkdir(parents=True, exist_ok=True)
-    sd = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k != "fc.bias"}
+    sd = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k not in drop}
     save_file(sd, str(dst / "model.safetensors"))
     (dst / "config.json").write_text((src / "config.json").read_text())
     return dst
+
+
+def materialize_eagle_nobias(src: Path, dst: Path) -> Path:
+    """The EAGLE-1 draft as vLLM's built-in EAGLE serves it: without ``fc.bias`` (which it drops) and without a draft
+    vocabulary (which it has not)."""
+    return materialize_eagle(src, dst, ("fc.bias", *DRAFT_VOCAB))
 
 
 CHAT_QUESTIONS = ROOT / "bench" / "data" / "mt_bench_question.jsonl"
@@ -224,6 +236,8 @@ def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tu
 
 #: the suffix of the rows without prompt lookup beside the plugin's drafts (``--rows`` only, but EAGLE-3's)
 DRAFT_ALONE = "draft alone"
+#: our EAGLE-1 without its draft vocabulary (``--rows`` only)
+FULL_VOCAB = "our EAGLE, full vocabulary"
 
 
 def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagle3: int = 3) -> dict[str, dict]:
@@ -231,6 +245,7 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
     med_b = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head", drop_bias=False)
     med_nb = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head-nobias", drop_bias=True)
     eag_nb = materialize_eagle_nobias(eag, CACHE / "eagle-nobias")
+    eag_full = materialize_eagle(eag, CACHE / "eagle-full-vocab", DRAFT_VOCAB)
     off = {"VLLM_SPEC_PLUGINS": ""}
     rows = {
         "no speculation": {"spec": None, "env": {}},
@@ -239,11 +254,15 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
         "our Medusa": {"spec": {"model": str(med_b), "num_speculative_tokens": k_medusa}, "env": {}},
         "our Medusa, biases dropped": {"spec": {"model": str(med_nb), "num_speculative_tokens": k_medusa},
                                        "env": {}},
-        "vLLM built-in EAGLE": {"spec": {"model": str(eag), "num_speculative_tokens": k_eagle, "method": "eagle"},
-                                "env": off, "builtin": True},
+        # vLLM's EAGLE drops fc.bias itself; it has no draft vocabulary: the draft without it
+        "vLLM built-in EAGLE": {"spec": {"model": str(eag_full), "num_speculative_tokens": k_eagle,
+                                         "method": "eagle"}, "env": off, "builtin": True},
         "our EAGLE": {"spec": {"model": str(eag), "num_speculative_tokens": k_eagle, "method": "eagle"}, "env": {}},
         "our EAGLE, fc.bias dropped": {"spec": {"model": str(eag_nb), "num_speculative_tokens": k_eagle,
                                                 "method": "eagle"}, "env": {}},
+        # (--rows only) the draft's logits over the target's full vocabulary, as before it had a draft vocabulary
+        FULL_VOCAB: {"spec": {"model": str(eag_full), "num_speculative_tokens": k_eagle, "method": "eagle"},
+                     "env": {}},
     }
     eag3 = DRAFTS / "smollm2-eagle3"
     if (eag3 / "config.json").is_file():  # no "method": the config's stamp picks our plugin, the folder name eagle3
@@ -481,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = args.out / "logs"
     log_dir.mkdir(exist_ok=True)
     if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
-        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and DRAFT_ALONE not in n]
+        groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and DRAFT_ALONE not in n
+                  and not n.startswith(FULL_VOCAB)]
     elif args.rows:
         unknown = [n for n in args.rows if n not in rows]
         if unknown:
@@ -490,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        full = [n for n in rows if DRAFT_ALONE not in n]
+        full = [n for n in rows if DRAFT_ALONE not in n and n != FULL_VOCAB]
         groups = [[n for n in full if "EAGLE" not in n and "n-gram" not in n],
                   ["no speculation"] + [n for n in full if "EAGLE" in n and "EAGLE-3" not in n]]
         if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB

@@ -25,8 +25,15 @@ Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``bench/drafts/smollm2-
 ``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.mlp.{gate,up,down}_proj.weight``,
 ``layers.0.post_attention_layernorm.weight``), and ``train_report.json``.
 
+Draft vocabulary (``--draft-vocab-from DRAFT``): the saved draft also holds ``d2t``/``t2d``, the draft vocabulary of
+another draft of the same target (the EAGLE-3 draft's: the most frequent greedy answer tokens of its training split).
+The EAGLE plugin then drafts from the target lm_head's rows of those tokens alone, a quarter of the full head's cost
+in every draft pass; training is unchanged, and the offline figures after training are the vocabulary's, as served.
+``--add-draft-vocab DRAFT`` gives a saved draft that vocabulary without training.
+
     python -m bench.train_eagle [--budget-min 15] [--heldout-dir .cache/bench/heldout]
     python -m bench.train_eagle --evaluate bench/drafts/smollm2-eagle --heldout-dir .cache/bench/chat
+    python -m bench.train_eagle --add-draft-vocab DRAFT --draft-vocab-from bench/drafts/smollm2-eagle3
 """
 
 from __future__ import annotations
@@ -215,7 +222,14 @@ def load_batch(data: HiddenData, seqs: list[int], embed: torch.Tensor, extra_ste
 
 @torch.no_grad()
 def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.Tensor, w: torch.Tensor,
-             steps: int = 3, batch_tokens: int = 4096) -> dict:
+             steps: int = 3, batch_tokens: int = 4096, vocab: torch.Tensor | None = None) -> dict:
+    """Top-1 per draft step on the answer tokens of ``seqs``. ``vocab``: the target ids of a draft vocabulary (as
+    ``d2t`` serves it: the argmax over ``w``'s rows of those ids alone; a token outside it is never drafted)."""
+    if vocab is not None:
+        w = w[vocab].contiguous()
+        in_vocab = torch.zeros(embed.shape[0], dtype=torch.bool)
+        in_vocab[vocab] = True
+    covered = 0
     correct = [0] * steps
     valid = [0] * steps
     vloss_sum, n_mask = 0.0, 0
@@ -228,17 +242,46 @@ def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.
             lab = labels[..., s]
             keep = lab != IGNORE
             pred = (o[keep] @ w.T).argmax(-1)
+            if vocab is not None:
+                pred = vocab[pred]
+                covered += int(in_vocab[lab[keep]].sum()) if s == 0 else 0
             correct[s] += int((pred == lab[keep]).sum())
             valid[s] += int(keep.sum())
     res = {f"step{s + 1}_top1": round(c / max(v, 1), 4) for s, (c, v) in enumerate(zip(correct, valid))}
+    if vocab is not None:  # the share of step-1 labels the draft vocabulary holds (the most step 1 can get right)
+        res["draft_vocab_coverage"] = round(covered / max(valid[0], 1), 4)
     res["vloss"] = round(vloss_sum / max(n_mask, 1), 4)
     # expected accepted draft tokens per step with `steps` drafts (chain of conditional acceptances)
     res[f"expected_accepted_of_{steps}"] = expected_accepted(res, steps)
     return res
 
 
-def saved_tensors(model: EagleDraft) -> dict[str, torch.Tensor]:
-    """The draft's weights in EAGLE authors' layout, float16 (embed_tokens and lm_head are the target's: not saved)."""
+#: the tensors of a draft vocabulary, as the EAGLE plugin reads them (EAGLE-3 drafts hold the same two)
+VOCAB_KEYS = ("d2t", "t2d")
+
+
+def draft_vocab_of(draft: Path) -> dict[str, torch.Tensor]:
+    """``d2t`` and ``t2d`` of a saved draft (``DRAFT/model.safetensors``), or a clear refusal."""
+    from safetensors.torch import load_file
+
+    f = draft / "model.safetensors"
+    if not f.is_file():
+        raise SystemExit(f"--draft-vocab-from {draft}: no {f}")
+    tensors = load_file(str(f))
+    if not all(k in tensors for k in VOCAB_KEYS):
+        raise SystemExit(f"--draft-vocab-from {draft}: {f} has no draft vocabulary (tensors d2t and t2d); give a draft "
+                         f"that has one, such as bench/drafts/smollm2-eagle3")
+    return {k: tensors[k] for k in VOCAB_KEYS}
+
+
+def vocab_ids(vocab: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
+    """The target ids of a draft vocabulary (draft id ``d`` is target id ``d + d2t[d]``), or None."""
+    return None if vocab is None else torch.arange(vocab["d2t"].numel()) + vocab["d2t"]
+
+
+def saved_tensors(model: EagleDraft, vocab: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The draft's weights in EAGLE authors' layout, float16 (embed_tokens and lm_head are the target's: not saved),
+    and a draft vocabulary's ``d2t``/``t2d`` as they are."""
     sd = {"fc.weight": model.fc.weight, "fc.bias": model.fc.bias}
     lay = model.layer
     for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
@@ -246,14 +289,16 @@ def saved_tensors(model: EagleDraft) -> dict[str, torch.Tensor]:
     for n in ("gate_proj", "up_proj", "down_proj"):
         sd[f"layers.0.mlp.{n}.weight"] = getattr(lay.mlp, n).weight
     sd["layers.0.post_attention_layernorm.weight"] = lay.post_attention_layernorm.weight
-    return {k: v.detach().to(torch.float16).contiguous() for k, v in sd.items()}
+    return {**{k: v.detach().to(torch.float16).contiguous() for k, v in sd.items()}, **(vocab or {})}
 
 
 def load_saved(cfg: dict, tensors: dict[str, torch.Tensor]) -> EagleDraft:
-    """An :class:`EagleDraft` holding saved weights (EAGLE authors' layout), in float32 as vLLM loads them."""
+    """An :class:`EagleDraft` holding saved weights (EAGLE authors' layout), in float32 as vLLM loads them (a draft
+    vocabulary's tensors are not weights: :func:`vocab_ids` reads them)."""
     model = EagleDraft(cfg)
     own = dict(model.named_parameters())
-    names = {k: "layer." + k[len("layers.0."):] if k.startswith("layers.0.") else k for k in tensors}
+    names = {k: "layer." + k[len("layers.0."):] if k.startswith("layers.0.") else k for k in tensors
+             if k not in VOCAB_KEYS}
     unknown, missing = sorted(k for k, n in names.items() if n not in own), sorted(set(own) - set(names.values()))
     if unknown or missing:
         raise SystemExit(f"not an EAGLE-1 draft as bench.train_eagle writes it: unexpected tensors {unknown}, "
@@ -271,12 +316,36 @@ def evaluate_saved(draft: Path, data_dir: Path, steps: int = 3) -> dict:
     from bench.smollm2 import ensure_smollm2
 
     w = load_lm_head(ensure_smollm2())
-    model = load_saved(json.loads((draft / "config.json").read_text()), load_file(str(draft / "model.safetensors")))
+    tensors = load_file(str(draft / "model.safetensors"))
+    model = load_saved(json.loads((draft / "config.json").read_text()), tensors)
+    vocab = vocab_ids({k: tensors[k] for k in VOCAB_KEYS}) if "d2t" in tensors else None
     data = load_hidden_data(data_dir, val_fraction=0.0)
     seqs = list(range(data.num_seqs))
     return {"draft": str(draft), "data": str(data_dir), "sequences": len(seqs),
             "answer_tokens": int(data.offsets[-1] - data.prompt_lens.sum()),
-            **evaluate(model, data, seqs, w, w, steps)}
+            "draft_vocab": None if vocab is None else int(vocab.numel()),
+            **evaluate(model, data, seqs, w, w, steps, vocab=vocab)}
+
+
+def add_draft_vocab(draft: Path, source: Path) -> dict:
+    """Give the saved draft ``draft`` the draft vocabulary of ``source`` (its ``d2t``/``t2d``), weights unchanged; the
+    report's ``draft_vocab`` says where it came from. Returns that entry."""
+    from safetensors.torch import load_file, save_file
+
+    vocab = draft_vocab_of(source)
+    f = draft / "model.safetensors"
+    tensors = {k: v for k, v in load_file(str(f)).items() if k not in VOCAB_KEYS}
+    cfg = json.loads((draft / "config.json").read_text())
+    load_saved(cfg, tensors)  # refuses what is not an EAGLE-1 draft
+    if vocab["t2d"].numel() != cfg["vocab_size"]:
+        raise SystemExit(f"--draft-vocab-from {source}: its t2d covers {vocab['t2d'].numel()} tokens, but {draft} drafts "
+                         f"for a target of vocab_size {cfg['vocab_size']}: a draft vocabulary of another target")
+    save_file({**tensors, **vocab}, str(f), metadata={"format": "pt"})
+    entry = {"from": str(source), "size": int(vocab["d2t"].numel())}
+    report = draft / "train_report.json"
+    if report.is_file():
+        write_json(report, {**json.loads(report.read_text()), "draft_vocab": entry})
+    return entry
 
 
 def parser() -> argparse.ArgumentParser:
@@ -296,14 +365,26 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout")
     ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--draft-vocab-from", type=Path, default=None, metavar="DRAFT",
+                    help="save the draft with the draft vocabulary (d2t, t2d) of DRAFT, a draft of the same target "
+                         "(the EAGLE-3 draft's); the offline figures after training are then the vocabulary's")
+    ap.add_argument("--add-draft-vocab", type=Path, default=None, metavar="DRAFT",
+                    help="no training: give the saved draft DRAFT the draft vocabulary of --draft-vocab-from")
     add_evaluation_options(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.add_draft_vocab is not None:
+        if args.draft_vocab_from is None:
+            ap.error("--add-draft-vocab needs --draft-vocab-from DRAFT")
+        print(json.dumps(add_draft_vocab(args.add_draft_vocab, args.draft_vocab_from)))
+        return
     if evaluate_only(args, evaluate_saved):
         return
+    vocab = draft_vocab_of(args.draft_vocab_from) if args.draft_vocab_from is not None else None
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -371,13 +452,14 @@ def main(argv: list[str] | None = None) -> None:
     # ---- save (EAGLE authors' layout; embed_tokens and lm_head shared with the target) ----
     from safetensors.torch import save_file
 
-    tensors = saved_tensors(model)
+    tensors = saved_tensors(model, vocab)
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, args.out / "model.safetensors", metadata={"format": "pt"})
     write_json(args.out / "config.json", cfg)
     saved = load_saved(cfg, tensors)  # the saved float16 weights, as vLLM loads them (into a float32 model)
-    final_val = evaluate(saved, data, data.val_seqs, embed, w, args.eval_steps)
-    heldout_res = evaluate(saved, heldout, list(range(heldout.num_seqs)), embed, w, args.eval_steps) \
+    ids = vocab_ids(vocab)
+    final_val = evaluate(saved, data, data.val_seqs, embed, w, args.eval_steps, vocab=ids)
+    heldout_res = evaluate(saved, heldout, list(range(heldout.num_seqs)), embed, w, args.eval_steps, vocab=ids) \
         if heldout else None
     if heldout_res:
         print("held-out prompts:", heldout_res)
@@ -399,6 +481,7 @@ def main(argv: list[str] | None = None) -> None:
         "epochs": history, "steps": step, "epochs_run": round(step / steps_per_epoch, 2),
         "stopped_by_budget": stopped, "val_saved_fp16": final_val, "heldout_prompts": heldout_res,
         "heldout_prompts_sequences": heldout.num_seqs if heldout else None, "evaluations": evaluations,
+        "draft_vocab": None if vocab is None else {"from": str(args.draft_vocab_from), "size": int(ids.numel())},
         "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
         "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
     }

@@ -140,3 +140,81 @@ def test_train_eagle_load_saved_round_trips_and_refuses_other_layouts():
         load_saved(cfg, {k: v for k, v in tensors.items() if k != "fc.bias"})
     with pytest.raises(SystemExit, match=r"unexpected tensors \['lm_head.weight'\]"):
         load_saved(cfg, {**tensors, "lm_head.weight": torch.zeros(64, 32)})
+
+
+def _tiny_eagle1():
+    import torch
+
+    from bench.train_eagle import EagleDraft, draft_config
+
+    target = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "vocab_size": 64, "max_position_embeddings": 64, "rms_norm_eps": 1e-5}
+    cfg = draft_config(target)
+    torch.manual_seed(0)
+    return cfg, EagleDraft(cfg)
+
+
+def test_train_eagle_evaluate_with_a_draft_vocabulary():
+    """Offline accuracy as the plugin serves a draft vocabulary (d2t): the argmax over the vocabulary's lm_head rows,
+    mapped back to target ids; a label outside it is never right. A permuted full vocabulary scores as the full
+    head (the mapping back is checked), one without the labels scores 0 with coverage 0."""
+    import numpy as np
+    import torch
+
+    from bench.draft_data import HiddenData
+    from bench.train_eagle import evaluate
+
+    _, model = _tiny_eagle1()
+    g = torch.Generator().manual_seed(1)
+    lens = [9, 12, 7]
+    n = sum(lens)
+    data = HiddenData(hidden=np.asarray(torch.randn(n, 32, generator=g), dtype=np.float16),
+                      tokens=torch.randint(0, 64, (n,), generator=g), targets=torch.randint(0, 3, (n,), generator=g),
+                      offsets=torch.tensor([0, 9, 21, 28]), prompt_lens=torch.tensor([2, 3, 2]),
+                      train_seqs=[0, 1, 2], val_seqs=[])
+    w = torch.randn(64, 32, generator=g)
+    w[:3] *= 20  # the draft mostly says 0, 1 or 2, as the labels: some are right
+    full = evaluate(model, data, [0, 1, 2], w, w, 2)
+    assert full["step1_top1"] > 0 and "draft_vocab_coverage" not in full
+    permuted = evaluate(model, data, [0, 1, 2], w, w, 2, vocab=torch.randperm(64, generator=g))
+    assert {k: v for k, v in permuted.items() if k != "draft_vocab_coverage"} == full
+    assert permuted["draft_vocab_coverage"] == 1.0
+    none = evaluate(model, data, [0, 1, 2], w, w, 2, vocab=torch.arange(3, 64))  # no label
+    assert none["step1_top1"] == 0 and none["step2_top1"] == 0 and none["draft_vocab_coverage"] == 0
+
+
+def test_train_eagle_add_draft_vocab(tmp_path):
+    """``--add-draft-vocab DRAFT --draft-vocab-from OTHER``: DRAFT gets OTHER's d2t/t2d, its weights unchanged, its
+    report says where they came from; a source without a vocabulary, or with another target's, is refused."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from bench.train_eagle import add_draft_vocab, load_saved, main, saved_tensors
+
+    cfg, model = _tiny_eagle1()
+    draft, other = tmp_path / "draft", tmp_path / "other"
+    draft.mkdir()
+    other.mkdir()
+    save_file(saved_tensors(model), str(draft / "model.safetensors"))
+    (draft / "config.json").write_text(json.dumps(cfg))
+    (draft / "train_report.json").write_text(json.dumps({"steps": 3}))
+    with pytest.raises(SystemExit, match="has no draft vocabulary"):
+        add_draft_vocab(draft, draft)
+    sel = torch.tensor([1, 5, 6, 40])
+    t2d = torch.zeros(64, dtype=torch.bool)
+    t2d[sel] = True
+    save_file({"d2t": sel - torch.arange(4), "t2d": t2d}, str(other / "model.safetensors"))
+    main(["--add-draft-vocab", str(draft), "--draft-vocab-from", str(other)])
+    got = load_file(str(draft / "model.safetensors"))
+    assert (torch.arange(4) + got["d2t"]).tolist() == [1, 5, 6, 40] and torch.equal(got["t2d"], t2d)
+    assert all(torch.equal(got[k], v) for k, v in saved_tensors(model).items())
+    load_saved(cfg, got)  # the vocabulary is not a weight
+    assert json.loads((draft / "train_report.json").read_text()) == {
+        "steps": 3, "draft_vocab": {"from": str(other), "size": 4}}
+    save_file({"d2t": sel - torch.arange(4), "t2d": torch.zeros(100, dtype=torch.bool)}, str(other / "model.safetensors"))
+    with pytest.raises(SystemExit, match=r"covers 100 tokens, but .* vocab_size 64"):
+        add_draft_vocab(draft, other)
+    with pytest.raises(SystemExit):
+        main(["--add-draft-vocab", str(draft)])  # needs --draft-vocab-from
