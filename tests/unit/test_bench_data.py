@@ -212,7 +212,8 @@ def test_train_eagle_add_draft_vocab(tmp_path):
     assert all(torch.equal(got[k], v) for k, v in saved_tensors(model).items())
     load_saved(cfg, got)  # the vocabulary is not a weight
     assert json.loads((draft / "train_report.json").read_text()) == {
-        "steps": 3, "draft_vocab": {"from": str(other), "size": 4}}
+        "steps": 3, "draft_vocab": {"from": str(other), "size": 4},
+        "files_bytes": {"model.safetensors": (draft / "model.safetensors").stat().st_size}}
     save_file({"d2t": sel - torch.arange(4), "t2d": torch.zeros(100, dtype=torch.bool)}, str(other / "model.safetensors"))
     with pytest.raises(SystemExit, match=r"covers 100 tokens, but .* vocab_size 64"):
         add_draft_vocab(draft, other)

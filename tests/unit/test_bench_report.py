@@ -182,3 +182,24 @@ def test_a_draft_row_of_ones_own_needs_a_name_and_a_draft_folder(tmp_path, capsy
     for option in ("--medusa-draft", "--eagle3-draft", "--eagle-draft"):
         with pytest.raises(RuntimeError, match="past the check"):
             bench.run.main([option, f"mine={draft}"])
+
+
+def test_eagle_copies_for_vllms_builtin_and_the_full_vocabulary_row(tmp_path):
+    """vLLM's built-in EAGLE-1 has no draft vocabulary (and drops fc.bias): its rows, and the parity test, load a copy
+    of the shipped draft without d2t/t2d (and fc.bias); the row ``our EAGLE, full vocabulary`` a copy without the
+    vocabulary alone. The shipped draft holds all of them (bench/README.md)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bench.run import DRAFT_VOCAB, DRAFTS, materialize_eagle, materialize_eagle_nobias
+
+    src = DRAFTS / "smollm2-eagle"
+    keys = set(load_file(str(src / "model.safetensors")))
+    assert {"fc.bias", *DRAFT_VOCAB} <= keys
+    nobias = materialize_eagle_nobias(src, tmp_path / "nobias")
+    assert set(load_file(str(nobias / "model.safetensors"))) == keys - {"fc.bias", "d2t", "t2d"}
+    full = materialize_eagle(src, tmp_path / "full", DRAFT_VOCAB)
+    got = load_file(str(full / "model.safetensors"))
+    assert set(got) == keys - {"d2t", "t2d"}
+    assert torch.equal(got["fc.weight"], load_file(str(src / "model.safetensors"))["fc.weight"])
+    assert (full / "config.json").read_text() == (src / "config.json").read_text()
