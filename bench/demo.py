@@ -7,10 +7,11 @@ identical with and without speculation, the measured speedup, the acceptance, wh
 served the draft, and, when speculation did not pay, why (from the measured step costs).
 
 Default drafter: EAGLE-3 (``bench/drafts/smollm2-eagle3``, served by the ``eagle`` plugin), the
-drafter that pays on this CPU: on these questions, side by side on 2 cores, it drafted in 90 % of the
-steps and gave 1.11x where EAGLE-1 drafted in 7 % (the policy found it did not pay) and gave 1.02x
-(docs/benchmarks.md, "make demo"). ``--drafter eagle`` for EAGLE-1, ``--drafter medusa`` for the Medusa
-heads. The engines get vLLM's CPU runtime (Intel OpenMP, tcmalloc when installed: docs/cpu.md).
+drafter that paid first on this CPU: on these questions, side by side on 2 cores, it drafted in 90 % of the
+steps and gave 1.11x where the EAGLE-1 draft of then drafted in 7 % (the policy found it did not pay) and
+gave 1.02x. The EAGLE-1 draft shipped since 2026-12-06, with its draft vocabulary, is level with it there
+(1.21x and 1.19x against 1.23x and 1.15x, alternating; docs/benchmarks.md, "make demo"). ``--drafter eagle``
+for EAGLE-1, ``--drafter medusa`` for the Medusa heads. The engines get vLLM's CPU runtime (Intel OpenMP, tcmalloc when installed: docs/cpu.md).
 
 Why here and not in the installed package: this demo needs the repository's trained drafts and
 ``bench.smollm2`` (the GGUF conversion), so it lives with them in ``bench/``. The installed
@@ -52,7 +53,8 @@ def speculative_config(drafter: str, k: int | None) -> tuple[dict, str]:
         k = k or 2
         # "method": "eagle" selects the EAGLE route (the folder name does not start with "eagle-").
         return ({"method": "eagle", "model": str(draft), "num_speculative_tokens": k},
-                f"{draft.relative_to(ROOT)} (EAGLE-1, one layer trained here; {k} draft tokens per step)")
+                f"{draft.relative_to(ROOT)} (EAGLE-1, one layer trained here, the EAGLE-3 draft's draft vocabulary; {k} "
+                f"draft tokens per step)")
     draft = DRAFTS / "smollm2-medusa"
     heads = json.loads((draft / "config.json").read_text())["num_heads"]
     k = k or min(2, heads)  # later heads are rarely right (docs/benchmarks.md)
