@@ -11,7 +11,8 @@ drafter that paid first on this CPU: on these questions, side by side on 2 cores
 steps and gave 1.11x where the EAGLE-1 draft of then drafted in 7 % (the policy found it did not pay) and
 gave 1.02x. The EAGLE-1 draft shipped since 2026-12-06, with its draft vocabulary, is level with it there
 (1.21x and 1.19x against 1.23x and 1.15x, alternating; docs/benchmarks.md, "make demo"). ``--drafter eagle``
-for EAGLE-1, ``--drafter medusa`` for the Medusa heads. The engines get vLLM's CPU runtime (Intel OpenMP, tcmalloc when installed: docs/cpu.md).
+for EAGLE-1, ``--drafter medusa`` for the Medusa heads. The engines get vLLM's CPU runtime (Intel OpenMP,
+tcmalloc when installed: docs/cpu.md).
 
 Why here and not in the installed package: this demo needs the repository's trained drafts and
 ``bench.smollm2`` (the GGUF conversion), so it lives with them in ``bench/``. The installed
