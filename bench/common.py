@@ -67,6 +67,11 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+#: the tensors of an EAGLE draft's vocabulary, as the EAGLE plugin reads them (draft id d is target id d + d2t[d]; t2d
+#: marks the target ids in it)
+DRAFT_VOCAB = ("d2t", "t2d")
+
+
 def name_dir(value: str) -> tuple[str, Path]:
     """``NAME=DIR`` as an option's value (``--also-evaluate``): the name and the folder."""
     name, sep, path = value.partition("=")

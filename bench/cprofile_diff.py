@@ -104,12 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
         return 0
     from bench.floor import floor_rows
-    from bench.run import CACHE, DRAFT_VOCAB, DRAFTS, held_out_prompt_ids, materialize_eagle
+    from bench.run import DRAFTS, eagle_full_vocab, held_out_prompt_ids
     from bench.smollm2 import ensure_smollm2
     from vllm_spec_plugins.cpu_env import preload_env
 
-    rows = floor_rows(DRAFTS, args.k, materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab",
-                                                        DRAFT_VOCAB))
+    rows = floor_rows(DRAFTS, args.k, eagle_full_vocab())
     chosen = ["no speculation", *(args.rows or [r for r in rows if r != "no speculation"])]
     unknown = [r for r in chosen if r not in rows]
     if unknown:

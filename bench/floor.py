@@ -210,15 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
         return 0
-    from bench.run import CACHE, DRAFT_VOCAB, DRAFTS, held_out_prompt_ids, materialize_eagle
+    from bench.run import DRAFTS, eagle_full_vocab, held_out_prompt_ids
     from bench.smollm2 import ensure_smollm2
 
     target = ensure_smollm2()
     n, max_tokens = (2, 48) if args.quick else (4, 128)
     n = max(n, 2 * args.concurrency) if args.concurrency > 1 else n  # two full batches
     prompts, _ = held_out_prompt_ids(target, n)
-    full_vocab = materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab", DRAFT_VOCAB)
-    rows = kv_only_rows(DRAFTS) if args.kv_only else floor_rows(DRAFTS, args.k, full_vocab)
+    rows = kv_only_rows(DRAFTS) if args.kv_only else floor_rows(DRAFTS, args.k, eagle_full_vocab())
     results: dict[str, list[dict]] = {r: [] for r in rows}
     for rep in range(args.repeats):
         for row in (list(rows) if rep % 2 == 0 else list(rows)[::-1]):

@@ -158,11 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from bench.run import (
         CACHE,
-        DRAFT_VOCAB,
         DRAFTS,
+        eagle_full_vocab,
         held_out_prompt_ids,
         materialize_builtin_medusa,
-        materialize_eagle,
         vllm_minor,
     )
     from bench.smollm2 import ensure_smollm2
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     k_med = 2  # as bench.run: the first two heads
     # the shim's overhead against vLLM's own EAGLE on the same work: the draft without its draft vocabulary, which
     # vLLM's EAGLE-1 has not (with it, ours computes a quarter of the logits: bench.floor --k 1)
-    eag = materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab", DRAFT_VOCAB)
+    eag = eagle_full_vocab()
     rows = {
         "our Medusa": ({"model": str(med), "num_speculative_tokens": k_med}, {}),
         "our EAGLE": ({"model": str(eag), "num_speculative_tokens": 2, "method": "eagle"}, {}),

@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.common import DRAFT_VOCAB
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 DRAFTS = ROOT / "bench" / "drafts"
@@ -177,10 +179,6 @@ def materialize_builtin_medusa(src: Path, target: Path, dst: Path, drop_bias: bo
     return dst
 
 
-#: an EAGLE draft's vocabulary tensors (the shipped EAGLE-1 draft holds the EAGLE-3 draft's: bench/README.md)
-DRAFT_VOCAB = ("d2t", "t2d")
-
-
 def materialize_eagle(src: Path, dst: Path, drop: tuple[str, ...]) -> Path:
     """A copy of the EAGLE-1 draft ``src`` without the tensors ``drop``."""
     from safetensors.torch import load_file, save_file
@@ -196,6 +194,12 @@ def materialize_eagle_nobias(src: Path, dst: Path) -> Path:
     """The EAGLE-1 draft as vLLM's built-in EAGLE serves it: without ``fc.bias`` (which it drops) and without a draft
     vocabulary (which it has not)."""
     return materialize_eagle(src, dst, ("fc.bias", *DRAFT_VOCAB))
+
+
+def eagle_full_vocab() -> Path:
+    """The shipped EAGLE-1 draft without its draft vocabulary, in ``.cache``: what vLLM's own EAGLE-1 (which has none)
+    loads, and the rows comparing ours without it."""
+    return materialize_eagle(DRAFTS / "smollm2-eagle", CACHE / "eagle-full-vocab", DRAFT_VOCAB)
 
 
 CHAT_QUESTIONS = ROOT / "bench" / "data" / "mt_bench_question.jsonl"
@@ -245,7 +249,7 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
     med_b = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head", drop_bias=False)
     med_nb = materialize_builtin_medusa(med, target, CACHE / "medusa-with-lm-head-nobias", drop_bias=True)
     eag_nb = materialize_eagle_nobias(eag, CACHE / "eagle-nobias")
-    eag_full = materialize_eagle(eag, CACHE / "eagle-full-vocab", DRAFT_VOCAB)
+    eag_full = eagle_full_vocab()
     off = {"VLLM_SPEC_PLUGINS": ""}
     rows = {
         "no speculation": {"spec": None, "env": {}},

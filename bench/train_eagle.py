@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from bench.common import (
     CACHE,
     DATA,
+    DRAFT_VOCAB,
     DRAFTS,
     Budget,
     add_evaluation_options,
@@ -256,10 +257,6 @@ def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.
     return res
 
 
-#: the tensors of a draft vocabulary, as the EAGLE plugin reads them (EAGLE-3 drafts hold the same two)
-VOCAB_KEYS = ("d2t", "t2d")
-
-
 def draft_vocab_of(draft: Path) -> dict[str, torch.Tensor]:
     """``d2t`` and ``t2d`` of a saved draft (``DRAFT/model.safetensors``), or a clear refusal."""
     from safetensors.torch import load_file
@@ -268,14 +265,15 @@ def draft_vocab_of(draft: Path) -> dict[str, torch.Tensor]:
     if not f.is_file():
         raise SystemExit(f"--draft-vocab-from {draft}: no {f}")
     tensors = load_file(str(f))
-    if not all(k in tensors for k in VOCAB_KEYS):
+    if not all(k in tensors for k in DRAFT_VOCAB):
         raise SystemExit(f"--draft-vocab-from {draft}: {f} has no draft vocabulary (tensors d2t and t2d); give a draft "
                          f"that has one, such as bench/drafts/smollm2-eagle3")
-    return {k: tensors[k] for k in VOCAB_KEYS}
+    return {k: tensors[k] for k in DRAFT_VOCAB}
 
 
 def vocab_ids(vocab: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
-    """The target ids of a draft vocabulary (draft id ``d`` is target id ``d + d2t[d]``), or None."""
+    """The target ids of the draft vocabulary in ``vocab`` (its ``d2t``: draft id ``d`` is target id ``d + d2t[d]``),
+    or None."""
     return None if vocab is None else torch.arange(vocab["d2t"].numel()) + vocab["d2t"]
 
 
@@ -298,7 +296,7 @@ def load_saved(cfg: dict, tensors: dict[str, torch.Tensor]) -> EagleDraft:
     model = EagleDraft(cfg)
     own = dict(model.named_parameters())
     names = {k: "layer." + k[len("layers.0."):] if k.startswith("layers.0.") else k for k in tensors
-             if k not in VOCAB_KEYS}
+             if k not in DRAFT_VOCAB}
     unknown, missing = sorted(k for k, n in names.items() if n not in own), sorted(set(own) - set(names.values()))
     if unknown or missing:
         raise SystemExit(f"not an EAGLE-1 draft as bench.train_eagle writes it: unexpected tensors {unknown}, "
@@ -318,7 +316,7 @@ def evaluate_saved(draft: Path, data_dir: Path, steps: int = 3) -> dict:
     w = load_lm_head(ensure_smollm2())
     tensors = load_file(str(draft / "model.safetensors"))
     model = load_saved(json.loads((draft / "config.json").read_text()), tensors)
-    vocab = vocab_ids({k: tensors[k] for k in VOCAB_KEYS}) if "d2t" in tensors else None
+    vocab = vocab_ids(tensors) if "d2t" in tensors else None
     data = load_hidden_data(data_dir, val_fraction=0.0)
     seqs = list(range(data.num_seqs))
     return {"draft": str(draft), "data": str(data_dir), "sequences": len(seqs),
@@ -334,7 +332,7 @@ def add_draft_vocab(draft: Path, source: Path) -> dict:
 
     vocab = draft_vocab_of(source)
     f = draft / "model.safetensors"
-    tensors = {k: v for k, v in load_file(str(f)).items() if k not in VOCAB_KEYS}
+    tensors = {k: v for k, v in load_file(str(f)).items() if k not in DRAFT_VOCAB}
     cfg = json.loads((draft / "config.json").read_text())
     load_saved(cfg, tensors)  # refuses what is not an EAGLE-1 draft
     if vocab["t2d"].numel() != cfg["vocab_size"]:

@@ -332,6 +332,16 @@ def make_tiny_medusa(path: str | os.PathLike[str], target: str | os.PathLike[str
     return _write_checkpoint(path, cfg, sd, files.get(fmt, "pytorch_model.bin"))
 
 
+def _draft_vocab_tensors(sel: torch.Tensor, vocab_size: int) -> dict[str, torch.Tensor]:
+    """An EAGLE draft vocabulary of the sorted target ids ``sel``: ``d2t`` (target id = draft id + d2t[draft id]) and
+    ``t2d`` (the target ids in it)."""
+    import torch
+
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[sel] = True
+    return {"d2t": (sel - torch.arange(sel.numel())).to(torch.int64), "t2d": t2d}
+
+
 def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str], *, num_layers: int = 1,
                     fc_bias: bool = False, noise: float = 0.05, seed: int = 2, own_embed: bool = True,
                     own_lm_head: bool = False, draft_vocab: int | None = None, fmt: str = "safetensors") -> Path:
@@ -375,10 +385,7 @@ def make_tiny_eagle(path: str | os.PathLike[str], target: str | os.PathLike[str]
     if own_lm_head:
         sd["lm_head.weight"] = lm.clone() + rnd(V, H)
     if draft_vocab is not None:
-        sel = torch.tensor(sorted(target_frequent_tokens(target)[:draft_vocab]))
-        sd["d2t"] = (sel - torch.arange(draft_vocab)).to(torch.int64)  # target id = draft id + d2t[draft id]
-        sd["t2d"] = torch.zeros(V, dtype=torch.bool)
-        sd["t2d"][sel] = True
+        sd.update(_draft_vocab_tensors(torch.tensor(sorted(target_frequent_tokens(target)[:draft_vocab])), V))
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
            "intermediate_size": inter, "num_hidden_layers": num_layers, "num_attention_heads": 4,
            "num_key_value_heads": 4, "head_dim": 32, "vocab_size": V, "max_position_embeddings": 512,
@@ -478,10 +485,7 @@ def make_tiny_eagle3(path: str | os.PathLike[str], target: str | os.PathLike[str
     elif lm_head != "none":
         raise ValueError(f"lm_head: 'own', 'target_rows' or 'none', not {lm_head!r}")
     if dv < V:
-        sd["d2t"] = (sel - torch.arange(dv)).to(torch.int64)  # target id = draft id + d2t[draft id]
-        t2d = torch.zeros(V, dtype=torch.bool)
-        t2d[sel] = True
-        sd["t2d"] = t2d
+        sd.update(_draft_vocab_tensors(sel, V))
     if own_embed:
         sd["embed_tokens.weight"] = embed.clone()
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
