@@ -60,6 +60,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "medusa_shared_bin": make_tiny_medusa(d / "medusa_shared_bin", target, num_heads=3, original_lm_head=True,
                                               include_lm_head=False, fmt="bin"),
         "medusa_token_map": make_tiny_medusa(d / "medusa_token_map", target, num_heads=3, truncate_vocab=160),
+        # A draft vocabulary over the target's lm_head: token_map, original_lm_head and no lm_head stored.
+        "medusa_vocab": make_tiny_medusa(d / "medusa_vocab", target, num_heads=3, original_lm_head=True,
+                                         include_lm_head=False, truncate_vocab=160),
         "state": state,
         # "eagle-" in the folder name: vLLM's path heuristic picks method "eagle" without being told.
         "eagle": make_tiny_eagle(d / "tiny-eagle-1", target),

@@ -29,6 +29,7 @@ from .api import (
     target_lm_head,
 )
 from .errors import DuplicateArchitectureError, PluginContractError, PluginLoadError, UnsupportedVllmError
+from .vocab import TargetHeadRows
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,7 @@ __all__ = [
     "Register",
     "Source",
     "StateSpec",
+    "TargetHeadRows",
     "UnsupportedVllmError",
     "hookimpl",
     "target_lm_head",

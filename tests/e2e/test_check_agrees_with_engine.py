@@ -112,6 +112,16 @@ def _bad_d2t(kind, change):
     return build
 
 
+def _medusa_token_map_outside(tiny, tmp_path):
+    """The Medusa draft vocabulary over the target's lm_head (token_map of 160 tokens), its last entry one past the
+    target's last id."""
+    draft = _copy(tiny, tmp_path, "medusa_vocab", "medusa-vocab-outside")
+    sd = load_file(str(draft / "medusa_lm_head.safetensors"))
+    sd["token_map"][-1] = 259
+    save_file(sd, str(draft / "medusa_lm_head.safetensors"))
+    return draft
+
+
 def _medusa_truncated_without_map(tiny, tmp_path):
     return _edit(_copy(tiny, tmp_path, "medusa", "medusa-trunc"), truncated_vocab_size=100)
 
@@ -197,13 +207,17 @@ CASES = {
     "d2t-outside-target-vocabulary": Case(("80",), _bad_d2t("eagle", "outside"),
                                           "d2t maps draft id 127 to target id 259, outside the target's vocabulary "
                                           "[0, 259)", same="what"),
-    "d2t-repeats-a-token": Case(("80",), _bad_d2t("eagle3", "repeat"), "d2t maps two draft ids to the same target id",
+    "d2t-repeats-a-token": Case(("80",), _bad_d2t("eagle3", "repeat"), "d2t maps draft id 0 and draft id 1 to the same target id",
                                 same="what"),
     "eagle1-d2t-with-lm-head": Case(("81",), _bad_d2t("eagle", "lm_head"),
                                     "has both d2t and lm_head.weight. An EAGLE-1 draft vocabulary (d2t) takes the "
                                     "target lm_head's rows of its tokens", same="what"),
+    "token-map-outside-target-vocabulary": Case(("82",), _medusa_token_map_outside,
+                                                "token_map maps draft id 159 to target id 259, outside the target's "
+                                                "vocabulary [0, 259)", same="what"),
     # -- accepted: the same server -----------------------------------------------------------------------
     "medusa": Case((), lambda t, p: t["medusa"], served_by="medusa"),
+    "medusa-draft-vocabulary": Case((), lambda t, p: t["medusa_vocab"], served_by="medusa"),
     "mlp-speculator": Case((), lambda t, p: t["mlp"], served_by="mlp_speculator"),
     "eagle3": Case((), lambda t, p: t["eagle3"], served_by="eagle"),
     "stamped-eagle": Case((), lambda t, p: _edit(_copy(t, p, "eagle", "smolish-stamped"), vllm_spec_plugin="eagle"),

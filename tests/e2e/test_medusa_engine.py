@@ -123,16 +123,6 @@ def test_requesting_a_broken_plugin_says_how_to_fix_or_skip_it(tiny, broken_plug
     assert "VLLM_SPEC_PLUGINS" in r.log
 
 
-def test_tensor_parallel_2_equals_tp1(tiny, baseline, ours):
-    """With the processes vLLM's CPU build starts, spawned: each worker a fresh interpreter that discovers the
-    plugins itself. (The other TP=2 engine tests fork them, as vLLM does where the platform allows it.)"""
-    spec = {"model": str(tiny["medusa"]), "num_speculative_tokens": 3}
-    r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
-                   tensor_parallel_size=2, env=POLICY_OFF, start_method="spawn")
-    assert r.outputs == baseline.outputs
-    assert r.accepted_per_pos == ours.accepted_per_pos
-
-
 def _load_sd(path):
     files = list(path.glob("*.safetensors"))
     if files:
@@ -148,12 +138,30 @@ def _traced(trace):
     return records
 
 
+def _lm_head_reference(sd, rec, target, heads=3, use_map=True):
+    """The Medusa heads in plain torch on the hidden states the engine fed them: per head the argmax over its
+    lm_head (its own, the checkpoint's shared one or the target's), over the token_map's rows when there is one."""
+    from vllm_spec_plugins.testing.fixtures import target_lm_head
+
+    token_map = sd.get("token_map") if use_map else None
+    out = []
+    for h in range(heads):
+        x = rec["hidden_states"]
+        x = x + F.silu(F.linear(x, sd[f"blocks.{h}.layers.0.weight"]))
+        lm = sd.get(f"lm_heads.{h}.weight", sd.get("lm_head.weight"))
+        if lm is None:
+            lm = target_lm_head(target)
+            if token_map is not None:
+                lm = lm[token_map]
+        ids = F.linear(x, lm).argmax(-1)
+        out.append(token_map[ids] if token_map is not None else ids)
+    return torch.stack(out, dim=1)
+
+
 @pytest.mark.parametrize("ckpt", ["medusa_shared_bin", "medusa_token_map"], ids=["shared-target-lm-head-bin",
                                                                                "truncated-vocab-token-map"])
 def test_lm_head_variants_match_torch_reference(tiny, baseline, tmp_path, ckpt):
     """original_lm_head without an lm_head in the checkpoint (shares the target's), .bin; and token_map."""
-    from vllm_spec_plugins.testing.fixtures import target_lm_head
-
     trace = tmp_path / "trace"
     spec = {"model": str(tiny[ckpt]), "num_speculative_tokens": 3}
     r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
@@ -161,20 +169,57 @@ def test_lm_head_variants_match_torch_reference(tiny, baseline, tmp_path, ckpt):
     assert r.outputs == baseline.outputs
     assert r.metrics["accepted"] > 0
     sd = _load_sd(tiny[ckpt])
-    token_map = sd.get("token_map")
     compared = 0
     for rec in _traced(trace):
         rows = rec["valid_count"] > 0
-        out = []
-        for h in range(3):
-            x = rec["hidden_states"]
-            x = x + F.silu(F.linear(x, sd[f"blocks.{h}.layers.0.weight"]))
-            lm = sd.get(f"lm_heads.{h}.weight", sd.get("lm_head.weight"))
-            if lm is None:
-                lm = target_lm_head(tiny["target"])
-            ids = F.linear(x, lm).argmax(-1)
-            out.append(token_map[ids] if token_map is not None else ids)
-        ref = torch.stack(out, dim=1)
-        assert torch.equal(rec["drafts"][rows], ref[rows])
+        assert torch.equal(rec["drafts"][rows], _lm_head_reference(sd, rec, tiny["target"])[rows])
         compared += int(rows.sum())
     assert compared >= len(PROMPTS) * 5
+
+
+@pytest.fixture(scope="module")
+def vocab_runs(tiny, tmp_path_factory):
+    """The Medusa draft with a draft vocabulary over the target's lm_head (token_map, original_lm_head, no lm_head
+    stored), traced, at TP=1 and TP=2. TP=2 with the processes vLLM's CPU build starts, spawned: each worker a fresh
+    interpreter that discovers the plugins itself (the other TP=2 engine tests fork them, as vLLM does where the
+    platform allows it)."""
+    runs = {}
+    for tp in (1, 2):
+        trace = tmp_path_factory.mktemp(f"medusa-vocab-tp{tp}")
+        spec = {"model": str(tiny["medusa_vocab"]), "num_speculative_tokens": 3}
+        r = run_engine(tiny["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
+                       tensor_parallel_size=tp, env={"VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace), **POLICY_OFF},
+                       start_method="spawn" if tp == 2 else "fork")
+        runs[tp] = (r, _traced(trace))
+    return runs
+
+
+def test_tensor_parallel_2_equals_tp1(vocab_runs, baseline):
+    """Spawned TP=2 workers (above): output equal to no speculation, acceptance equal to TP=1, position by
+    position."""
+    (r1, _), (r2, _) = vocab_runs[1], vocab_runs[2]
+    assert r2.outputs == baseline.outputs
+    assert r2.accepted_per_pos == r1.accepted_per_pos
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_draft_vocabulary_over_the_target_lm_head(vocab_runs, tiny, baseline, tp):
+    """token_map with the target's lm_head shared: every head's draft is the argmax over the target lm_head's rows of
+    the token_map (a plain-torch reference), never a token outside it. Under TP=2 each rank holds half the target
+    head's rows, gathered across ranks. The same reference over the full vocabulary disagrees: the test can tell."""
+    r, records = vocab_runs[tp]
+    assert r.outputs == baseline.outputs
+    assert INFO_LINE.format(tiny["medusa_vocab"]) in r.log
+    assert r.metrics["accepted"] > 0
+    sd = _load_sd(tiny["medusa_vocab"])
+    seen = set(torch.cat([rec["drafts"].flatten() for rec in records]).tolist())
+    assert seen <= set(sd["token_map"].tolist())
+    compared = differ = 0
+    for rec in records:
+        rows = rec["valid_count"] > 0
+        assert torch.equal(rec["drafts"][rows], _lm_head_reference(sd, rec, tiny["target"])[rows])
+        full = _lm_head_reference(sd, rec, tiny["target"], use_map=False)[rows]
+        compared += int(rows.sum())
+        differ += int((full != rec["drafts"][rows]).any(dim=1).sum())
+    assert compared >= len(PROMPTS) * 5
+    assert differ > 0, "the token_map never changed a draft: the test cannot tell"

@@ -129,8 +129,8 @@ def test_eagle3_logits_from_target_rows_go_through_vllms_gemm(eagle3, monkeypatc
     ([5, 7, 1], None),                       # target ids 5, 8, 3: any order
     ([0, 0, 8], "maps draft id 2 to target id 10, outside the target's vocabulary [0, 10)"),
     ([0, -2, 0], "maps draft id 1 to target id -1, outside"),
-    ([1, 0, 0], "maps two draft ids to the same target id"),  # 1, 1, 2
-    ([0] * 11, "has shape [11], expected [draft_vocab_size] with draft_vocab_size <= 10"),
+    ([1, 0, 0], "maps draft id 0 and draft id 1 to the same target id 1"),  # 1, 1, 2
+    ([0] * 11, "has shape [11], expected [n] with n <= 10"),
 ])
 def test_d2t_is_checked_against_the_target_vocabulary(d2t, problem):
     """A draft vocabulary that names a token outside the target's vocabulary or names one twice is refused with the

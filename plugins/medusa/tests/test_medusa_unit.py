@@ -129,6 +129,27 @@ def test_pickle_round_trip():
     assert c2.to_dict() == c.to_dict()
 
 
+@pytest.mark.parametrize("token_map,problem", [
+    ([3, 1, 4], None),
+    ([3, 1, 10], "token_map maps draft id 2 to target id 10, outside the target's vocabulary [0, 10)"),
+    ([3, 1, 3], "token_map maps draft id 0 and draft id 2 to the same target id 3"),
+    ([3, 1], "token_map has 2 entries, but truncated_vocab_size is 3"),
+    ([[3, 1, 4]], "token_map has shape [1, 3], expected [n] with n <= 10 (the target's vocabulary size)"),
+])
+def test_token_map_is_checked_against_the_target_vocabulary(token_map, problem):
+    """A token_map naming a token outside the target's vocabulary, one token twice, or not truncated_vocab_size
+    tokens is refused with the checkpoint and the offending entry; a valid one in any order passes."""
+    import torch
+    from vllm_spec_medusa.model import check_token_map
+
+    if problem is None:
+        check_token_map(torch.tensor(token_map), 10, 3, "/ckpt")
+        return
+    with pytest.raises(ValueError) as ei:
+        check_token_map(torch.tensor(token_map), 10, 3, "/ckpt")
+    assert str(ei.value).startswith(f"vllm-spec-medusa: checkpoint '/ckpt': {problem}. token_map[d] is the target id")
+
+
 # -- installed plugin ---------------------------------------------------------------
 
 
