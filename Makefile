@@ -188,7 +188,9 @@ drafts-eagle-sharegpt: drafts-eval-sets
 	  --budget-min $(DRAFTS_SG_EAGLE_MIN) --out $(DRAFTS_SG_EAGLE_OUT)
 
 # The first drafts: Medusa-1 (shipped) and EAGLE-1 (shipped until 2026-12-06) on the generator's prompts
-# (bench/README.md "Training drafts").
+# (bench/README.md "Training drafts"). The Medusa heads are saved with the EAGLE-3 draft's vocabulary
+# ($(DRAFTS_SG_EAGLE_VOCAB), as token_map), from which the plugin computes each head's logits at a quarter of the
+# full head's cost.
 DRAFTS_DATA_MIN ?= 10
 DRAFTS_MEDUSA_MIN ?= 12
 DRAFTS_EAGLE_MIN ?= 15
@@ -198,6 +200,6 @@ drafts-first: setup
 	$(PY) -m bench.make_data --split heldout --budget-min 3
 	$(PY) -m bench.hidden --budget-min 8
 	$(PY) -m bench.hidden --data .cache/bench/heldout/heldout.jsonl --out-dir .cache/bench/heldout --budget-min 2
-	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN)
+	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN) --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB)
 	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN) --out .cache/bench/smollm2-eagle-first
 	du -sh bench/drafts/*

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import DATA
+from bench.common import DATA, DRAFT_VOCAB
 
 IGNORE = -100
 
@@ -153,3 +153,23 @@ def top1(z: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, chunk: int = 20
         correct += int((pred == y[keep]).sum())
         valid += int(keep.sum())
     return correct, valid
+
+
+def draft_vocab_of(draft: Path) -> dict[str, torch.Tensor]:
+    """``d2t`` and ``t2d`` of a saved draft (``DRAFT/model.safetensors``), or a clear refusal."""
+    from safetensors.torch import load_file
+
+    f = draft / "model.safetensors"
+    if not f.is_file():
+        raise SystemExit(f"--draft-vocab-from {draft}: no {f}")
+    tensors = load_file(str(f))
+    if not all(k in tensors for k in DRAFT_VOCAB):
+        raise SystemExit(f"--draft-vocab-from {draft}: {f} has no draft vocabulary (tensors d2t and t2d); give a draft "
+                         f"that has one, such as bench/drafts/smollm2-eagle3")
+    return {k: tensors[k] for k in DRAFT_VOCAB}
+
+
+def vocab_ids(vocab: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
+    """The target ids of the draft vocabulary in ``vocab`` (its ``d2t``: draft id ``d`` is target id ``d + d2t[d]``),
+    or None."""
+    return None if vocab is None else torch.arange(vocab["d2t"].numel()) + vocab["d2t"]

@@ -137,12 +137,13 @@ def kv_only_rows(drafts: Path) -> dict[str, tuple[dict | None, dict[str, str]]]:
     return rows
 
 
-def floor_rows(drafts: Path, k: int = 0, full_vocab: Path | None = None
+def floor_rows(drafts: Path, k: int = 0, full_vocab: Path | None = None, medusa_full_vocab: Path | None = None
                ) -> dict[str, tuple[dict | None, dict[str, str]]]:
     """Each row's speculative config and environment: no speculation, and every drafter whose ``K`` reaches ``k``
     pinned to ``k`` (at ``k = 0`` also our EAGLE-1 with its first pass every step; at ``k >= 1`` also our EAGLE-1
-    without its draft vocabulary). ``full_vocab``: the EAGLE-1 draft without its draft vocabulary
-    (``bench.run.materialize_eagle``), which vLLM's own EAGLE-1 row loads too (it has no draft vocabulary)."""
+    and our Medusa without their draft vocabulary). ``full_vocab``: the EAGLE-1 draft without its draft vocabulary
+    (``bench.run.eagle_full_vocab``), which vLLM's own EAGLE-1 row loads too (it has no draft vocabulary);
+    ``medusa_full_vocab``: the Medusa heads without theirs (``bench.run.medusa_full_vocab``)."""
     pin = {"VLLM_SPEC_PLUGINS_POLICY": str(k)}
     eagle = {"model": str(drafts / "smollm2-eagle"), "num_speculative_tokens": 2, "method": "eagle"}
     full = {**eagle, "model": str(full_vocab or drafts / "smollm2-eagle")}
@@ -158,7 +159,11 @@ def floor_rows(drafts: Path, k: int = 0, full_vocab: Path | None = None
                                                 {"VLLM_SPEC_PLUGINS": ""})
     rows[f"our EAGLE-3, k={k}"] = ({"model": str(drafts / "smollm2-eagle3"), "num_speculative_tokens": 3}, pin)
     if k <= 2:
-        rows[f"our Medusa, k={k}"] = ({"model": str(drafts / "smollm2-medusa"), "num_speculative_tokens": 2}, pin)
+        medusa = {"model": str(drafts / "smollm2-medusa"), "num_speculative_tokens": 2}
+        rows[f"our Medusa, k={k}"] = (medusa, pin)
+    if 1 <= k <= 2:
+        rows[f"our Medusa, full vocabulary, k={k}"] = ({**medusa, "model": str(medusa_full_vocab or medusa["model"])},
+                                                       pin)
     return rows
 
 
@@ -210,14 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print("RESULT " + json.dumps(_measure(json.loads(args.child))), flush=True)
         return 0
-    from bench.run import DRAFTS, eagle_full_vocab, held_out_prompt_ids
+    from bench.run import DRAFTS, eagle_full_vocab, held_out_prompt_ids, medusa_full_vocab
     from bench.smollm2 import ensure_smollm2
 
     target = ensure_smollm2()
     n, max_tokens = (2, 48) if args.quick else (4, 128)
     n = max(n, 2 * args.concurrency) if args.concurrency > 1 else n  # two full batches
     prompts, _ = held_out_prompt_ids(target, n)
-    rows = kv_only_rows(DRAFTS) if args.kv_only else floor_rows(DRAFTS, args.k, eagle_full_vocab())
+    rows = kv_only_rows(DRAFTS) if args.kv_only else floor_rows(DRAFTS, args.k, eagle_full_vocab(),
+                                                                          medusa_full_vocab())
     results: dict[str, list[dict]] = {r: [] for r in rows}
     for rep in range(args.repeats):
         for row in (list(rows) if rep % 2 == 0 else list(rows)[::-1]):

@@ -2,9 +2,10 @@
 
 Rows (each a real vLLM engine in its own process, kept alive for the whole group; with ``--restart`` started afresh
 for each repetition):
-no speculation; vLLM 0.32's built-in Medusa; our Medusa; our Medusa on the same heads
-without biases; vLLM's built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; (``--rows`` only) our EAGLE without its draft
-vocabulary (``our EAGLE, full vocabulary``); our EAGLE-3, as a user gets it
+no speculation; vLLM 0.32's built-in Medusa (the heads with the target's lm_head stored, no draft vocabulary); our
+Medusa (the shipped heads, as a user serves them); our Medusa on the heads vLLM's loads, without biases; vLLM's
+built-in EAGLE; our EAGLE; our EAGLE without ``fc.bias``; (``--rows`` only) our Medusa and our EAGLE without their
+draft vocabulary (``our Medusa, full vocabulary``, ``our EAGLE, full vocabulary``); our EAGLE-3, as a user gets it
 and as the draft alone; vLLM's n-gram drafter. A row named ``our ...`` runs what a user gets by default, prompt-lookup
 drafts beside the plugin's included (``VLLM_SPEC_PLUGINS_PROMPT_LOOKUP`` unset: ``auto``, on with the adaptive
 policy); ``our ..., draft alone`` sets it ``off`` (``--rows`` only for Medusa and EAGLE-1; measurements before
@@ -159,24 +160,38 @@ def vllm_minor() -> str:
     return out.stdout.strip()
 
 
-def materialize_builtin_medusa(src: Path, target: Path, dst: Path, drop_bias: bool) -> Path:
-    """A copy of our Medusa heads that vLLM 0.32's built-in Medusa can load: it needs the lm_head
-    weights in the checkpoint (our plugin shares the target's). Biases are kept unless ``drop_bias``
-    (vLLM drops them anyway, as its config lacks ``medusa_fc_bias``)."""
+def materialize_medusa(src: Path, dst: Path, target: Path | None = None, drop_bias: bool = False) -> Path:
+    """A copy of the Medusa heads ``src`` without a draft vocabulary (``token_map``, ``truncated_vocab_size``); with
+    ``target``, the target's lm_head stored in it; biases dropped if ``drop_bias``."""
     from safetensors.torch import load_file, save_file
 
     dst.mkdir(parents=True, exist_ok=True)
-    sd = load_file(str(src / "medusa_lm_head.safetensors"))
+    sd = {k: v for k, v in load_file(str(src / "medusa_lm_head.safetensors")).items() if k != "token_map"}
     if drop_bias:
         sd = {k: v for k, v in sd.items() if not k.endswith(".bias")}
-    tsd = load_file(str(target / "model.safetensors"))
-    lm = tsd.get("lm_head.weight", tsd["model.embed_tokens.weight"])
-    sd["lm_head.weight"] = lm.to(next(iter(sd.values())).dtype).contiguous()
+    if target is not None:
+        tsd = load_file(str(target / "model.safetensors"))
+        lm = tsd.get("lm_head.weight", tsd["model.embed_tokens.weight"])
+        sd["lm_head.weight"] = lm.to(next(iter(sd.values())).dtype).contiguous()
     save_file(sd, str(dst / "medusa_lm_head.safetensors"))
     cfg = json.loads((src / "config.json").read_text())
     cfg["original_lm_head"] = True
+    cfg.pop("truncated_vocab_size", None)
     (dst / "config.json").write_text(json.dumps(cfg, indent=2))
     return dst
+
+
+def materialize_builtin_medusa(src: Path, target: Path, dst: Path, drop_bias: bool) -> Path:
+    """A copy of our Medusa heads that vLLM 0.32's built-in Medusa can load: it needs the lm_head
+    weights in the checkpoint (our plugin shares the target's), and it has no draft vocabulary over a shared head.
+    Biases are kept unless ``drop_bias`` (vLLM drops them anyway, as its config lacks ``medusa_fc_bias``)."""
+    return materialize_medusa(src, dst, target, drop_bias)
+
+
+def medusa_full_vocab() -> Path:
+    """The shipped Medusa heads without their draft vocabulary, in ``.cache``, sharing the target's lm_head: the rows
+    comparing ours without it."""
+    return materialize_medusa(DRAFTS / "smollm2-medusa", CACHE / "medusa-full-vocab")
 
 
 def materialize_eagle(src: Path, dst: Path, drop: tuple[str, ...]) -> Path:
@@ -240,8 +255,8 @@ def held_out_prompt_ids(target: Path, n: int, prompt_set: str = "heldout") -> tu
 
 #: the suffix of the rows without prompt lookup beside the plugin's drafts (``--rows`` only, but EAGLE-3's)
 DRAFT_ALONE = "draft alone"
-#: our EAGLE-1 without its draft vocabulary (``--rows`` only)
-FULL_VOCAB = "our EAGLE, full vocabulary"
+#: the suffix of our EAGLE-1 and Medusa rows without their draft vocabulary (``--rows`` only)
+FULL_VOCAB = ", full vocabulary"
 
 
 def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagle3: int = 3) -> dict[str, dict]:
@@ -255,7 +270,11 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
         "no speculation": {"spec": None, "env": {}},
         "vLLM built-in Medusa": {"spec": {"model": str(med_b), "num_speculative_tokens": k_medusa},
                                  "env": off, "builtin": True},
-        "our Medusa": {"spec": {"model": str(med_b), "num_speculative_tokens": k_medusa}, "env": {}},
+        # the shipped heads as a user serves them: the target's lm_head shared, over the draft vocabulary
+        "our Medusa": {"spec": {"model": str(med), "num_speculative_tokens": k_medusa}, "env": {}},
+        # (--rows only) the heads' logits over the target's full vocabulary, as before they had a draft vocabulary
+        f"our Medusa{FULL_VOCAB}": {"spec": {"model": str(medusa_full_vocab()), "num_speculative_tokens": k_medusa},
+                                    "env": {}},
         "our Medusa, biases dropped": {"spec": {"model": str(med_nb), "num_speculative_tokens": k_medusa},
                                        "env": {}},
         # vLLM's EAGLE drops fc.bias itself; it has no draft vocabulary: the draft without it
@@ -265,8 +284,8 @@ def rows_for(target: Path, k_medusa: int, k_eagle: int, builtin_ok: bool, k_eagl
         "our EAGLE, fc.bias dropped": {"spec": {"model": str(eag_nb), "num_speculative_tokens": k_eagle,
                                                 "method": "eagle"}, "env": {}},
         # (--rows only) the draft's logits over the target's full vocabulary, as before it had a draft vocabulary
-        FULL_VOCAB: {"spec": {"model": str(eag_full), "num_speculative_tokens": k_eagle, "method": "eagle"},
-                     "env": {}},
+        f"our EAGLE{FULL_VOCAB}": {"spec": {"model": str(eag_full), "num_speculative_tokens": k_eagle,
+                                            "method": "eagle"}, "env": {}},
     }
     eag3 = DRAFTS / "smollm2-eagle3"
     if (eag3 / "config.json").is_file():  # no "method": the config's stamp picks our plugin, the folder name eagle3
@@ -505,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(exist_ok=True)
     if args.cpu_runtime == "both":  # each row with and without the runtime, two engines per group (memory)
         groups = [[n, n + NO_RT] for n in rows if not n.endswith(NO_RT) and "dropped" not in n and DRAFT_ALONE not in n
-                  and not n.startswith(FULL_VOCAB)]
+                  and FULL_VOCAB not in n]
     elif args.rows:
         unknown = [n for n in args.rows if n not in rows]
         if unknown:
@@ -514,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quick:  # what a user gets by default (the adaptive policy on), three engines started together
         groups = [[n for n in QUICK_ROWS if n in rows]]
     else:
-        full = [n for n in rows if DRAFT_ALONE not in n and n != FULL_VOCAB]
+        full = [n for n in rows if DRAFT_ALONE not in n and FULL_VOCAB not in n]
         groups = [[n for n in full if "EAGLE" not in n and "n-gram" not in n],
                   ["no speculation"] + [n for n in full if "EAGLE" in n and "EAGLE-3" not in n]]
         if "our EAGLE-3" in rows:  # a group of its own: five engines at once are killed for memory on 23 GiB

@@ -64,9 +64,11 @@ from bench.draft_data import (
     IGNORE,
     HiddenData,
     chunked_ce_grad,
+    draft_vocab_of,
     expected_accepted,
     load_hidden_data,
     load_lm_head,
+    vocab_ids,
 )
 from bench.trainloop import train_loop
 
@@ -255,26 +257,6 @@ def evaluate(model: EagleDraft, data: HiddenData, seqs: list[int], embed: torch.
     # expected accepted draft tokens per step with `steps` drafts (chain of conditional acceptances)
     res[f"expected_accepted_of_{steps}"] = expected_accepted(res, steps)
     return res
-
-
-def draft_vocab_of(draft: Path) -> dict[str, torch.Tensor]:
-    """``d2t`` and ``t2d`` of a saved draft (``DRAFT/model.safetensors``), or a clear refusal."""
-    from safetensors.torch import load_file
-
-    f = draft / "model.safetensors"
-    if not f.is_file():
-        raise SystemExit(f"--draft-vocab-from {draft}: no {f}")
-    tensors = load_file(str(f))
-    if not all(k in tensors for k in DRAFT_VOCAB):
-        raise SystemExit(f"--draft-vocab-from {draft}: {f} has no draft vocabulary (tensors d2t and t2d); give a draft "
-                         f"that has one, such as bench/drafts/smollm2-eagle3")
-    return {k: tensors[k] for k in DRAFT_VOCAB}
-
-
-def vocab_ids(vocab: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
-    """The target ids of the draft vocabulary in ``vocab`` (its ``d2t``: draft id ``d`` is target id ``d + d2t[d]``),
-    or None."""
-    return None if vocab is None else torch.arange(vocab["d2t"].numel()) + vocab["d2t"]
 
 
 def saved_tensors(model: EagleDraft, vocab: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:

@@ -21,6 +21,12 @@ Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``bench/drafts/s
         --out .cache/bench/smollm2-medusa-sharegpt   # on prefills of ShareGPT replies (make drafts-sharegpt's data)
     python -m bench.train_medusa --evaluate bench/drafts/smollm2-medusa --heldout-dir .cache/bench/chat
         # offline accuracy of saved heads on other answers (bench.make_data + bench.hidden first)
+    python -m bench.train_medusa --add-draft-vocab bench/drafts/smollm2-medusa --draft-vocab-from bench/drafts/smollm2-eagle3
+
+Draft vocabulary (``--draft-vocab-from DRAFT``, an EAGLE draft with ``d2t``): the saved heads also hold ``token_map``
+(those target ids) and ``truncated_vocab_size``, and ``vllm-spec-medusa`` computes each head's logits over the target
+lm_head's rows of those tokens alone; training is unchanged (full vocabulary), and the offline figures after training
+are the vocabulary's, as served. ``--add-draft-vocab DRAFT`` gives saved heads that vocabulary without training.
 """
 
 from __future__ import annotations
@@ -36,8 +42,19 @@ import torch
 import torch.nn as nn
 
 from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
-from bench.draft_data import IGNORE, HiddenData, chunked_ce_grad, load_hidden_data, load_lm_head, top1
+from bench.draft_data import (
+    IGNORE,
+    HiddenData,
+    chunked_ce_grad,
+    draft_vocab_of,
+    load_hidden_data,
+    load_lm_head,
+    top1,
+    vocab_ids,
+)
 from bench.trainloop import train_loop
+
+HEADS_FILE = "medusa_lm_head.safetensors"
 
 
 def positions_and_labels(data: HiddenData, seqs: list[int], num_heads: int, first: int = 2
@@ -95,23 +112,29 @@ class MedusaHeads(nn.Module):
         return x + nn.functional.silu(self.blocks[h](x))
 
 
-def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> list[float]:
-    """Per-head top-1 (float32 lm_head, as served)."""
-    return accuracy(heads, x16, labels, w)[0]
+def evaluate(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
+             vocab: torch.Tensor | None = None) -> list[float]:
+    """Per-head top-1 (float32 lm_head, as served; over the draft vocabulary ``vocab``'s rows if given)."""
+    return accuracy(heads, x16, labels, w, vocab=vocab)[0]
 
 
 @torch.no_grad()
 def accuracy(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: torch.Tensor,
-             batch: int = 2048) -> tuple[list[float], list[float]]:
+             batch: int = 2048, vocab: torch.Tensor | None = None) -> tuple[list[float], list[float]]:
     """Per head ``h``, among the positions with a label for it (float32 lm_head, as served): top-1, and chained top-1,
-    the share where heads ``0 ... h`` are all right (what verification accepts of a chain of drafts)."""
+    the share where heads ``0 ... h`` are all right (what verification accepts of a chain of drafts). ``vocab``: the
+    target ids of a draft vocabulary (``token_map``): the argmax over the lm_head's rows of those ids alone, mapped
+    back to target ids, as ``vllm-spec-medusa`` serves it."""
     k = labels.shape[1]
+    if vocab is not None:
+        w = w[vocab].contiguous()
     right, chained, valid = [0] * k, [0] * k, [0] * k
     for a in range(0, x16.shape[0], batch):
         x, y = x16[a: a + batch].float(), labels[a: a + batch]
         chain = torch.ones(len(x), dtype=torch.bool)
         for h in range(k):
-            ok = (heads.head(h, x) @ w.T).argmax(-1) == y[:, h]
+            pred = (heads.head(h, x) @ w.T).argmax(-1)
+            ok = (pred if vocab is None else vocab[pred]) == y[:, h]
             chain &= ok
             has = y[:, h] != IGNORE
             right[h] += int((ok & has).sum())
@@ -126,7 +149,7 @@ def load_heads(draft: Path) -> MedusaHeads:
     from safetensors.torch import load_file
 
     cfg = json.loads((draft / "config.json").read_text())
-    tensors = load_file(str(draft / "medusa_lm_head.safetensors"))
+    tensors = load_file(str(draft / HEADS_FILE))
     heads = MedusaHeads(cfg["hidden_size"], cfg["num_heads"])
     with torch.no_grad():
         for h, blk in enumerate(heads.blocks):
@@ -137,16 +160,56 @@ def load_heads(draft: Path) -> MedusaHeads:
 
 def evaluate_saved(draft: Path, data_dir: Path) -> dict:
     """Offline accuracy of saved heads on the answers in ``data_dir`` (``bench.make_data`` + ``bench.hidden``)."""
+    from safetensors.torch import load_file
+
     from bench.smollm2 import ensure_smollm2
 
     w = load_lm_head(ensure_smollm2())
     heads = load_heads(draft)
+    vocab = load_file(str(draft / HEADS_FILE)).get("token_map")
     data = load_hidden_data(data_dir, val_fraction=0.0)
     rows, labels = positions_and_labels(data, list(range(data.num_seqs)), len(heads.blocks))
     x = gather_hidden(data, rows)
-    per_head, chained = accuracy(heads, x, labels, w)
-    return {"draft": str(draft), "data": str(data_dir), "sequences": data.num_seqs, "positions": len(rows),
-            "top1_per_head": per_head, "chained_top1_per_head": chained}
+    per_head, chained = accuracy(heads, x, labels, w, vocab=vocab)
+    res = {"draft": str(draft), "data": str(data_dir), "sequences": data.num_seqs, "positions": len(rows),
+           "draft_vocab": None if vocab is None else int(vocab.numel()),
+           "top1_per_head": per_head, "chained_top1_per_head": chained}
+    if vocab is not None:  # the share of head 0's labels the draft vocabulary holds (the most it can get right)
+        in_vocab = torch.zeros(w.shape[0], dtype=torch.bool)
+        in_vocab[vocab] = True
+        has = labels[:, 0] != IGNORE
+        res["draft_vocab_coverage"] = round(int(in_vocab[labels[has, 0]].sum()) / max(int(has.sum()), 1), 4)
+    return res
+
+
+def vocab_entries(vocab: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors and config keys that give saved heads the draft vocabulary ``vocab`` (target ids)."""
+    return {"token_map": vocab.to(torch.int64).contiguous()}, {"truncated_vocab_size": int(vocab.numel())}
+
+
+def add_draft_vocab(draft: Path, source: Path) -> dict:
+    """Give the saved heads ``draft`` the draft vocabulary of ``source`` (an EAGLE draft's ``d2t``) as ``token_map``
+    and ``truncated_vocab_size``, weights unchanged; the report's ``draft_vocab`` says where it came from. Returns
+    that entry."""
+    from safetensors.torch import load_file, save_file
+
+    vocab = draft_vocab_of(source)
+    cfg = json.loads((draft / "config.json").read_text())
+    load_heads(draft)  # refuses what is not a draft as this stage writes it
+    if vocab["t2d"].numel() != cfg["vocab_size"]:
+        raise SystemExit(f"--draft-vocab-from {source}: its t2d covers {vocab['t2d'].numel()} tokens, but {draft} drafts "
+                         f"for a target of vocab_size {cfg['vocab_size']}: a draft vocabulary of another target")
+    tensors, keys = vocab_entries(vocab_ids(vocab))
+    f = draft / HEADS_FILE
+    save_file({**{k: v for k, v in load_file(str(f)).items() if k != "token_map"}, **tensors}, str(f),
+              metadata={"format": "pt"})
+    write_json(draft / "config.json", {**cfg, **keys})
+    entry = {"from": str(source), "size": keys["truncated_vocab_size"]}
+    report = draft / "train_report.json"
+    if report.is_file():
+        write_json(report, {**json.loads(report.read_text()), "draft_vocab": entry,
+                            "files_bytes": {p.name: p.stat().st_size for p in sorted(draft.glob("*.safetensors"))}})
+    return entry
 
 
 def parser() -> argparse.ArgumentParser:
@@ -166,14 +229,27 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evaluate", type=Path, default=None, metavar="DRAFT",
                     help="no training: the offline accuracy of the saved heads in DRAFT on --heldout-dir's answers")
+    ap.add_argument("--draft-vocab-from", type=Path, default=None, metavar="DRAFT",
+                    help="save the heads with the draft vocabulary of DRAFT, an EAGLE draft of the same target with d2t "
+                         "(the EAGLE-3 draft's), as token_map; the offline figures after training are then the "
+                         "vocabulary's")
+    ap.add_argument("--add-draft-vocab", type=Path, default=None, metavar="DRAFT",
+                    help="no training: give the saved heads DRAFT the draft vocabulary of --draft-vocab-from")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
     if args.evaluate is not None:
         print(json.dumps(evaluate_saved(args.evaluate, args.heldout_dir), indent=1))
         return
+    if args.add_draft_vocab is not None:
+        if args.draft_vocab_from is None:
+            ap.error("--add-draft-vocab needs --draft-vocab-from DRAFT")
+        print(json.dumps(add_draft_vocab(args.add_draft_vocab, args.draft_vocab_from)))
+        return
+    vocab = vocab_ids(draft_vocab_of(args.draft_vocab_from)) if args.draft_vocab_from is not None else None
     budget = Budget(args.budget_min)
     seed_everything(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -248,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
                                  "val_top1": evaluate(heads, va_x, va_lab, w)})
     step, stopped, total_steps, train_s = loop.steps, loop.stopped, loop.total_steps, loop.train_s
     final_val = history[-1]["val_top1"]
-    heldout_top1, heldout_chained = accuracy(heads, heldout[0], heldout[1], w) if heldout else (None, None)
+    heldout_top1, heldout_chained = accuracy(heads, heldout[0], heldout[1], w, vocab=vocab) if heldout else (None, None)
     if heldout_top1:
         print("held-out prompts top-1:", heldout_top1)
 
@@ -260,13 +336,15 @@ def main(argv: list[str] | None = None) -> None:
     for h, blk in enumerate(heads.blocks):
         tensors[f"blocks.{h}.layers.0.weight"] = blk.weight.detach().to(torch.float16).contiguous()
         tensors[f"blocks.{h}.layers.0.bias"] = blk.bias.detach().to(torch.float16).contiguous()
-    save_file(tensors, args.out / "medusa_lm_head.safetensors", metadata={"format": "pt"})
+    vocab_tensors, vocab_keys = vocab_entries(vocab) if vocab is not None else ({}, {})
+    save_file({**tensors, **vocab_tensors}, args.out / HEADS_FILE, metadata={"format": "pt"})
     write_json(args.out / "config.json", {
         "model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": cfg["hidden_size"],
-        "vocab_size": cfg["vocab_size"], "num_heads": k, "num_hidden_layers": 1, "original_lm_head": True})
-    # accuracy of the saved float16 weights (what vLLM loads)
+        "vocab_size": cfg["vocab_size"], "num_heads": k, "num_hidden_layers": 1, "original_lm_head": True,
+        **vocab_keys})
+    # accuracy of the saved float16 weights (what vLLM loads), over the draft vocabulary if it has one
     saved = load_heads(args.out)
-    final_val_f16 = evaluate(saved, va_x, va_lab, w)
+    final_val_f16 = evaluate(saved, va_x, va_lab, w, vocab=vocab)
     n_tok = int(data.offsets[-1])
     report = {
         "command": command_line(),
@@ -289,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         "heldout_prompts_sequences": heldout[2] if heldout else None,
         "train_wall_s": round(train_s, 1), "wall_s": round(budget.elapsed(), 1), "budget_min": args.budget_min,
         "files_bytes": {p.name: p.stat().st_size for p in sorted(args.out.glob("*.safetensors"))},
+        "draft_vocab": None if vocab is None else {"from": str(args.draft_vocab_from), "size": int(vocab.numel())},
     }
     write_json(args.out / "train_report.json", report)
     print(json.dumps({k_: report[k_] for k_ in ("val_top1_per_head", "val_top1_per_head_saved_fp16",

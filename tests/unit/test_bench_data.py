@@ -219,3 +219,85 @@ def test_train_eagle_add_draft_vocab(tmp_path):
         add_draft_vocab(draft, other)
     with pytest.raises(SystemExit):
         main(["--add-draft-vocab", str(draft)])  # needs --draft-vocab-from
+
+
+def _tiny_medusa(tmp_path, hidden=16, heads=2):
+    """Saved Medusa heads as bench.train_medusa writes them, random, for a target of vocab_size 64."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    draft = tmp_path / "medusa"
+    draft.mkdir()
+    tensors = {}
+    for h in range(heads):
+        tensors[f"blocks.{h}.layers.0.weight"] = torch.randn(hidden, hidden).half()
+        tensors[f"blocks.{h}.layers.0.bias"] = torch.randn(hidden).half()
+    save_file(tensors, str(draft / "medusa_lm_head.safetensors"))
+    cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": hidden, "vocab_size": 64,
+           "num_heads": heads, "num_hidden_layers": 1, "original_lm_head": True}
+    (draft / "config.json").write_text(json.dumps(cfg))
+    (draft / "train_report.json").write_text(json.dumps({"steps": 3}))
+    return draft, tensors, cfg
+
+
+def test_train_medusa_accuracy_over_a_draft_vocabulary(tmp_path):
+    """Over a draft vocabulary the argmax runs over those rows alone and maps back to target ids: with the full
+    vocabulary permuted, the figures equal the full head's (mapping back removed, they would not); with a vocabulary
+    of one token, only that token is ever right."""
+    import torch
+
+    from bench.train_medusa import accuracy, load_heads
+
+    draft, _, _ = _tiny_medusa(tmp_path)
+    heads = load_heads(draft)
+    torch.manual_seed(1)
+    w, x = torch.randn(64, 16), torch.randn(300, 16).half()
+    labels = torch.stack([(heads.head(h, x.float()) @ w.T).argmax(-1) for h in range(2)], dim=1)
+    labels[::3, 1] = 7
+    full = accuracy(heads, x, labels, w)
+    assert full[0][0] == 1.0 and 0 < full[0][1] < 1
+    assert accuracy(heads, x, labels, w, vocab=torch.randperm(64)) == full
+    one = accuracy(heads, x, labels, w, vocab=torch.tensor([7]))
+    assert one[0][1] == round(float((labels[:, 1] == 7).float().mean()), 4)
+
+
+def test_train_medusa_add_draft_vocab(tmp_path):
+    """``--add-draft-vocab DRAFT --draft-vocab-from EAGLE``: DRAFT gets the EAGLE draft's vocabulary as token_map and
+    truncated_vocab_size, its heads unchanged, its report saying where it came from; a source without a vocabulary,
+    or with another target's, is refused; the plugin accepts the token_map it wrote."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from bench.train_medusa import add_draft_vocab, main
+
+    draft, tensors, cfg = _tiny_medusa(tmp_path)
+    other = tmp_path / "eagle"
+    other.mkdir()
+    save_file({"fc.weight": torch.zeros(1)}, str(other / "model.safetensors"))
+    with pytest.raises(SystemExit, match="has no draft vocabulary"):
+        add_draft_vocab(draft, other)
+    sel = torch.tensor([1, 5, 6, 40])
+    t2d = torch.zeros(64, dtype=torch.bool)
+    t2d[sel] = True
+    save_file({"d2t": sel - torch.arange(4), "t2d": t2d}, str(other / "model.safetensors"))
+    main(["--add-draft-vocab", str(draft), "--draft-vocab-from", str(other)])
+    got = load_file(str(draft / "medusa_lm_head.safetensors"))
+    assert got["token_map"].tolist() == [1, 5, 6, 40] and got["token_map"].dtype == torch.int64
+    assert all(torch.equal(got[k], v) for k, v in tensors.items())
+    assert json.loads((draft / "config.json").read_text()) == {**cfg, "truncated_vocab_size": 4}
+    assert json.loads((draft / "train_report.json").read_text()) == {
+        "steps": 3, "draft_vocab": {"from": str(other), "size": 4},
+        "files_bytes": {"medusa_lm_head.safetensors": (draft / "medusa_lm_head.safetensors").stat().st_size}}
+    from vllm_spec_medusa.model import check_token_map
+
+    check_token_map(got["token_map"], 64, 4, str(draft))
+    save_file({"d2t": sel - torch.arange(4), "t2d": torch.zeros(100, dtype=torch.bool)}, str(other / "model.safetensors"))
+    with pytest.raises(SystemExit, match=r"covers 100 tokens, but .* vocab_size 64"):
+        add_draft_vocab(draft, other)
+    with pytest.raises(SystemExit):
+        main(["--add-draft-vocab", str(draft)])  # needs --draft-vocab-from

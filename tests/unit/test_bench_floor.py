@@ -21,15 +21,18 @@ def test_the_floor_rows_are_the_documented_ones():
 
 
 def test_drafting_rows_are_pinned_to_k_where_the_drafter_reaches_it():
-    rows = floor_rows(D, 1, Path("/cache/eagle-full-vocab"))
+    rows = floor_rows(D, 1, Path("/cache/eagle-full-vocab"), Path("/cache/medusa-full-vocab"))
     assert list(rows) == ["no speculation", "our EAGLE-1, k=1", "our EAGLE-1, full vocabulary, k=1",
-                          "vLLM EAGLE-1, k=1 schedule", "our EAGLE-3, k=1", "our Medusa, k=1"]
+                          "vLLM EAGLE-1, k=1 schedule", "our EAGLE-3, k=1", "our Medusa, k=1",
+                          "our Medusa, full vocabulary, k=1"]
     assert all(env == {"VLLM_SPEC_PLUGINS_POLICY": "1"} for name, (_, env) in rows.items() if name.startswith("our"))
     assert rows["vLLM EAGLE-1, k=1 schedule"][0]["num_speculative_tokens_per_batch_size"] == [(1, 16, 1)]
     # the shipped draft with its draft vocabulary; vLLM's EAGLE-1, which has none, and ours without it: the copy
     assert rows["our EAGLE-1, k=1"][0]["model"] == "/drafts/smollm2-eagle"
     assert rows["our EAGLE-1, full vocabulary, k=1"][0]["model"] == "/cache/eagle-full-vocab"
     assert rows["vLLM EAGLE-1, k=1 schedule"][0]["model"] == "/cache/eagle-full-vocab"
+    assert rows["our Medusa, k=1"][0]["model"] == "/drafts/smollm2-medusa"
+    assert rows["our Medusa, full vocabulary, k=1"][0]["model"] == "/cache/medusa-full-vocab"
     rows = floor_rows(D, 3)  # only the EAGLE-3 draft has K = 3
     assert list(rows) == ["no speculation", "our EAGLE-3, k=3"]
     assert rows["our EAGLE-3, k=3"] == ({"model": "/drafts/smollm2-eagle3", "num_speculative_tokens": 3},

@@ -203,3 +203,32 @@ def test_eagle_copies_for_vllms_builtin_and_the_full_vocabulary_row(tmp_path):
     assert set(got) == keys - {"d2t", "t2d"}
     assert torch.equal(got["fc.weight"], load_file(str(src / "model.safetensors"))["fc.weight"])
     assert (full / "config.json").read_text() == (src / "config.json").read_text()
+
+
+def test_medusa_copies_for_vllms_builtin_and_the_full_vocabulary_row(tmp_path):
+    """The shipped Medusa heads hold a draft vocabulary (token_map, truncated_vocab_size) and share the target's
+    lm_head. vLLM's built-in Medusa loads a copy with the target's lm_head stored and no vocabulary (biases dropped
+    for the row that drops them); the row ``our Medusa, full vocabulary`` a copy without the vocabulary alone."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from bench.run import DRAFTS, materialize_builtin_medusa, materialize_medusa
+
+    src = DRAFTS / "smollm2-medusa"
+    heads = load_file(str(src / "medusa_lm_head.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    assert "token_map" in heads and cfg["truncated_vocab_size"] == heads["token_map"].numel() < cfg["vocab_size"]
+    target = tmp_path / "target"
+    target.mkdir()
+    embed = torch.randn(cfg["vocab_size"], 2)
+    save_file({"model.embed_tokens.weight": embed}, str(target / "model.safetensors"))
+    full = materialize_medusa(src, tmp_path / "full")
+    assert set(load_file(str(full / "medusa_lm_head.safetensors"))) == set(heads) - {"token_map"}
+    assert json.loads((full / "config.json").read_text()) == {k: v for k, v in cfg.items()
+                                                              if k != "truncated_vocab_size"}
+    builtin = load_file(str(materialize_builtin_medusa(src, target, tmp_path / "b", drop_bias=True)
+                            / "medusa_lm_head.safetensors"))
+    assert set(builtin) == {k for k in heads if k.endswith(".weight")} | {"lm_head.weight"}
+    assert torch.equal(builtin["lm_head.weight"], embed.to(builtin["lm_head.weight"].dtype))
