@@ -183,6 +183,19 @@ def test_train_eagle_evaluate_with_a_draft_vocabulary():
     assert none["step1_top1"] == 0 and none["step2_top1"] == 0 and none["draft_vocab_coverage"] == 0
 
 
+def _vocab_source(draft, vocab_size=64):
+    """A draft folder holding only a draft vocabulary of target ids 1, 5, 6 and 40 of a target of ``vocab_size``
+    (d2t, t2d): what ``--draft-vocab-from`` reads. Returns its t2d."""
+    import torch
+    from safetensors.torch import save_file
+
+    sel = torch.tensor([1, 5, 6, 40])
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[sel] = True
+    save_file({"d2t": sel - torch.arange(4), "t2d": t2d}, str(draft / "model.safetensors"))
+    return t2d
+
+
 def test_train_eagle_add_draft_vocab(tmp_path):
     """``--add-draft-vocab DRAFT --draft-vocab-from OTHER``: DRAFT gets OTHER's d2t/t2d, its weights unchanged, its
     report says where they came from; a source without a vocabulary, or with another target's, is refused."""
@@ -202,10 +215,7 @@ def test_train_eagle_add_draft_vocab(tmp_path):
     (draft / "train_report.json").write_text(json.dumps({"steps": 3}))
     with pytest.raises(SystemExit, match="has no draft vocabulary"):
         add_draft_vocab(draft, draft)
-    sel = torch.tensor([1, 5, 6, 40])
-    t2d = torch.zeros(64, dtype=torch.bool)
-    t2d[sel] = True
-    save_file({"d2t": sel - torch.arange(4), "t2d": t2d}, str(other / "model.safetensors"))
+    t2d = _vocab_source(other)
     main(["--add-draft-vocab", str(draft), "--draft-vocab-from", str(other)])
     got = load_file(str(draft / "model.safetensors"))
     assert (torch.arange(4) + got["d2t"]).tolist() == [1, 5, 6, 40] and torch.equal(got["t2d"], t2d)
@@ -214,7 +224,7 @@ def test_train_eagle_add_draft_vocab(tmp_path):
     assert json.loads((draft / "train_report.json").read_text()) == {
         "steps": 3, "draft_vocab": {"from": str(other), "size": 4},
         "files_bytes": {"model.safetensors": (draft / "model.safetensors").stat().st_size}}
-    save_file({"d2t": sel - torch.arange(4), "t2d": torch.zeros(100, dtype=torch.bool)}, str(other / "model.safetensors"))
+    _vocab_source(other, vocab_size=100)
     with pytest.raises(SystemExit, match=r"covers 100 tokens, but .* vocab_size 64"):
         add_draft_vocab(draft, other)
     with pytest.raises(SystemExit):
@@ -281,10 +291,7 @@ def test_train_medusa_add_draft_vocab(tmp_path):
     save_file({"fc.weight": torch.zeros(1)}, str(other / "model.safetensors"))
     with pytest.raises(SystemExit, match="has no draft vocabulary"):
         add_draft_vocab(draft, other)
-    sel = torch.tensor([1, 5, 6, 40])
-    t2d = torch.zeros(64, dtype=torch.bool)
-    t2d[sel] = True
-    save_file({"d2t": sel - torch.arange(4), "t2d": t2d}, str(other / "model.safetensors"))
+    _vocab_source(other)
     main(["--add-draft-vocab", str(draft), "--draft-vocab-from", str(other)])
     got = load_file(str(draft / "medusa_lm_head.safetensors"))
     assert got["token_map"].tolist() == [1, 5, 6, 40] and got["token_map"].dtype == torch.int64
@@ -296,7 +303,7 @@ def test_train_medusa_add_draft_vocab(tmp_path):
     from vllm_spec_medusa.model import check_token_map
 
     check_token_map(got["token_map"], 64, 4, str(draft))
-    save_file({"d2t": sel - torch.arange(4), "t2d": torch.zeros(100, dtype=torch.bool)}, str(other / "model.safetensors"))
+    _vocab_source(other, vocab_size=100)
     with pytest.raises(SystemExit, match=r"covers 100 tokens, but .* vocab_size 64"):
         add_draft_vocab(draft, other)
     with pytest.raises(SystemExit):
