@@ -139,7 +139,8 @@ class MedusaDraftModel(nn.Module):
             seen.append(raw)
             if name == "token_map":
                 if self.draft_vocab < self.config.vocab_size:
-                    self.token_map = w.to(torch.int64)
+                    # on the heads' device: forward maps the argmax through it there (no host sync)
+                    self.token_map = w.to(device=next(self.parameters()).device, dtype=torch.int64)
                 continue
             if self.shared_lm_head and name in ("lm_heads.0.weight", "lm_head.weight"):
                 pending_lm["lm_head.weight"] = w
