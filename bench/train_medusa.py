@@ -144,12 +144,14 @@ def accuracy(heads: MedusaHeads, x16: torch.Tensor, labels: torch.Tensor, w: tor
             [round(c / max(v, 1), 4) for c, v in zip(chained, valid)])
 
 
-def load_heads(draft: Path) -> MedusaHeads:
-    """Heads saved by this stage (``medusa_lm_head.safetensors``, FasterDecoding's new layout), as float32."""
+def load_heads(draft: Path, tensors: dict[str, torch.Tensor] | None = None) -> MedusaHeads:
+    """Heads saved by this stage (``medusa_lm_head.safetensors``, FasterDecoding's new layout), as float32;
+    ``tensors``: that file's contents, when the caller has read them already."""
     from safetensors.torch import load_file
 
     cfg = json.loads((draft / "config.json").read_text())
-    tensors = load_file(str(draft / HEADS_FILE))
+    if tensors is None:
+        tensors = load_file(str(draft / HEADS_FILE))
     heads = MedusaHeads(cfg["hidden_size"], cfg["num_heads"])
     with torch.no_grad():
         for h, blk in enumerate(heads.blocks):
@@ -165,8 +167,9 @@ def evaluate_saved(draft: Path, data_dir: Path) -> dict:
     from bench.smollm2 import ensure_smollm2
 
     w = load_lm_head(ensure_smollm2())
-    heads = load_heads(draft)
-    vocab = load_file(str(draft / HEADS_FILE)).get("token_map")
+    tensors = load_file(str(draft / HEADS_FILE))
+    heads = load_heads(draft, tensors)
+    vocab = tensors.get("token_map")
     data = load_hidden_data(data_dir, val_fraction=0.0)
     rows, labels = positions_and_labels(data, list(range(data.num_seqs)), len(heads.blocks))
     x = gather_hidden(data, rows)
@@ -195,14 +198,14 @@ def add_draft_vocab(draft: Path, source: Path) -> dict:
 
     vocab = draft_vocab_of(source)
     cfg = json.loads((draft / "config.json").read_text())
-    load_heads(draft)  # refuses what is not a draft as this stage writes it
+    f = draft / HEADS_FILE
+    heads = load_file(str(f))
+    load_heads(draft, heads)  # refuses what is not a draft as this stage writes it
     if vocab["t2d"].numel() != cfg["vocab_size"]:
         raise SystemExit(f"--draft-vocab-from {source}: its t2d covers {vocab['t2d'].numel()} tokens, but {draft} drafts "
                          f"for a target of vocab_size {cfg['vocab_size']}: a draft vocabulary of another target")
     tensors, keys = vocab_entries(vocab_ids(vocab))
-    f = draft / HEADS_FILE
-    save_file({**{k: v for k, v in load_file(str(f)).items() if k != "token_map"}, **tensors}, str(f),
-              metadata={"format": "pt"})
+    save_file({**{k: v for k, v in heads.items() if k != "token_map"}, **tensors}, str(f), metadata={"format": "pt"})
     write_json(draft / "config.json", {**cfg, **keys})
     entry = {"from": str(source), "size": keys["truncated_vocab_size"]}
     report = draft / "train_report.json"
