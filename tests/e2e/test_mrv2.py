@@ -136,10 +136,10 @@ def test_v1_can_be_kept_for_plugin_drafters(tiny, base_v2):
 
 #: Checkpoint layouts the plugins serve, each on both runners: FasterDecoding Medusa with biases (.pt,
 #: K < heads), EAGLE-1 with fc.bias (.bin), EAGLE-1 with a draft vocabulary (d2t, as the shipped SmolLM2 draft),
-#: EAGLE-3 with d2t and no lm_head (rows taken from the target), the tied, scaled fms-extras MLP speculator with a
-#: key prefix.
+#: EAGLE-3 with d2t and no lm_head (rows taken from the target), Medusa with a token_map over the target's lm_head (as
+#: the shipped SmolLM2 heads), the tied, scaled fms-extras MLP speculator with a key prefix.
 LAYOUTS = [("medusa_old_bias", {"method": "medusa", "num_speculative_tokens": 2}), ("eagle_bias", {}),
-           ("eagle_vocab", {}), ("eagle3_no_head", {}), ("mlp_tied", {})]
+           ("eagle_vocab", {}), ("eagle3_no_head", {}), ("medusa_vocab", {}), ("mlp_tied", {})]
 
 
 @pytest.mark.parametrize("draft,extra", LAYOUTS, ids=[d for d, _ in LAYOUTS])
