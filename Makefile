@@ -102,21 +102,25 @@ list: setup
 clean:
 	rm -rf .venv .cache .demo build dist *.egg-info
 
-# Retrain the EAGLE-3 and EAGLE-1 drafts shipped in bench/drafts/smollm2-eagle3 and bench/drafts/smollm2-eagle on
-# this CPU: prefill distillation on ShareGPT, below (`make drafts-sharegpt` and `make drafts-eagle-sharegpt` writing
-# into bench/drafts; about 125 min on 2 cores; bench/README.md "The EAGLE-3 draft" and "The EAGLE-1 draft").
-# `make drafts-first` retrains the first drafts (Medusa-1, shipped, and the EAGLE-1 draft shipped until 2026-12-06,
-# into .cache/bench/smollm2-eagle-first; about 50 min); `make drafts-self-instruct` the EAGLE-3 draft shipped before,
+# Retrain the drafts shipped in bench/drafts (smollm2-eagle3, smollm2-medusa and smollm2-eagle) on this CPU: prefill
+# distillation on ShareGPT, below (`make drafts-sharegpt`, `make drafts-medusa-sharegpt` and `make
+# drafts-eagle-sharegpt` writing into bench/drafts; about 140 min on 2 cores; bench/README.md "The EAGLE-3 draft",
+# "The Medusa heads on the prefills" and "The EAGLE-1 draft").
+# `make drafts-first` retrains the first drafts (the Medusa-1 heads shipped until 2026-12-07, into
+# .cache/bench/smollm2-medusa-first, and the EAGLE-1 draft shipped until 2026-12-06, into
+# .cache/bench/smollm2-eagle-first; about 50 min); `make drafts-self-instruct` the EAGLE-3 draft shipped before,
 # on answers SmolLM2 wrote to messages it also wrote (about 80 min, into .cache/bench/smollm2-eagle3-self-instruct).
 # Budgets in minutes; each stage stops early and cleanly when its budget ends.
 DRAFTS_SI_MIN ?= 9
 DRAFTS_ANSWERS_MIN ?= 24
 DRAFTS_HIDDEN_MIN ?= 16
 DRAFTS_EAGLE3_MIN ?= 27
-.PHONY: drafts drafts-self-instruct drafts-first drafts-sharegpt drafts-eagle-sharegpt drafts-eval-sets
+.PHONY: drafts drafts-self-instruct drafts-first drafts-sharegpt drafts-medusa-sharegpt drafts-eagle-sharegpt
+.PHONY: drafts-eval-sets
 drafts: DRAFTS_SG_OUT = bench/drafts/smollm2-eagle3
+drafts: DRAFTS_SG_MEDUSA_OUT = bench/drafts/smollm2-medusa
 drafts: DRAFTS_SG_EAGLE_OUT = bench/drafts/smollm2-eagle
-drafts: drafts-sharegpt drafts-eagle-sharegpt
+drafts: drafts-sharegpt drafts-medusa-sharegpt drafts-eagle-sharegpt
 	du -sh bench/drafts/*
 
 # The vLLM stages run with vLLM's CPU runtime preloaded and 4 GB of KV cache (128 sequences at once).
@@ -169,6 +173,20 @@ drafts-sharegpt: drafts-eval-sets
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
 	  --out $(DRAFTS_SG_OUT)
 
+# Medusa-1 heads on the same prefills (bench/README.md "The Medusa heads on the prefills"): bench.train_medusa on the
+# prefill that .cache/bench/sg holds (in `make drafts`, drafts-sharegpt's: the sequences its budget reached), each head
+# labelled only where the reply up to its label follows the target's greedy chain; saved with the EAGLE-3 draft's
+# vocabulary ($(DRAFTS_SG_EAGLE_VOCAB), as token_map). Without a prefill there, it makes drafts-sharegpt's first.
+# Writes $(DRAFTS_SG_MEDUSA_OUT): by default .cache/bench/smollm2-medusa-sharegpt, a candidate (`python -m bench.run
+# --medusa-draft NAME=DIR`); `make drafts` writes bench/drafts/smollm2-medusa.
+DRAFTS_SG_MEDUSA_MIN ?= 15
+DRAFTS_SG_MEDUSA_OUT ?= .cache/bench/smollm2-medusa-sharegpt
+drafts-medusa-sharegpt: drafts-eval-sets
+	test -f .cache/bench/sg/hidden_meta.json || $(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
+	test -f .cache/bench/sg/hidden_meta.json || $(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_HIDDEN_MIN)
+	$(PY) -m bench.train_medusa --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
+	  --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB) --budget-min $(DRAFTS_SG_MEDUSA_MIN) --out $(DRAFTS_SG_MEDUSA_OUT)
+
 # An EAGLE-1 draft on the same prefills (bench/README.md "The EAGLE-1 draft"): the prefill of drafts-sharegpt continued
 # to all 8,762 training sequences (`--resume` keeps what is there: about 17 min after drafts-sharegpt's 18, about 35
 # from nothing), then bench.train_eagle on every position. Writes $(DRAFTS_SG_EAGLE_OUT): by default
@@ -187,8 +205,8 @@ drafts-eagle-sharegpt: drafts-eval-sets
 	  --also-evaluate sharegpt=.cache/bench/sgheld --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB) \
 	  --budget-min $(DRAFTS_SG_EAGLE_MIN) --out $(DRAFTS_SG_EAGLE_OUT)
 
-# The first drafts: Medusa-1 (shipped) and EAGLE-1 (shipped until 2026-12-06) on the generator's prompts
-# (bench/README.md "Training drafts"). The Medusa heads are saved with the EAGLE-3 draft's vocabulary
+# The first drafts: Medusa-1 (shipped until 2026-12-07) and EAGLE-1 (shipped until 2026-12-06) on the generator's
+# prompts (bench/README.md "Training drafts"). The Medusa heads are saved with the EAGLE-3 draft's vocabulary
 # ($(DRAFTS_SG_EAGLE_VOCAB), as token_map), from which the plugin computes each head's logits at a quarter of the
 # full head's cost.
 DRAFTS_DATA_MIN ?= 10
@@ -200,6 +218,7 @@ drafts-first: setup
 	$(PY) -m bench.make_data --split heldout --budget-min 3
 	$(PY) -m bench.hidden --budget-min 8
 	$(PY) -m bench.hidden --data .cache/bench/heldout/heldout.jsonl --out-dir .cache/bench/heldout --budget-min 2
-	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN) --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB)
+	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN) --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB) \
+	  --out .cache/bench/smollm2-medusa-first
 	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN) --out .cache/bench/smollm2-eagle-first
 	du -sh bench/drafts/*

@@ -19,7 +19,8 @@ Reported offline (held-out 5 % of the train sequences, float32 lm_head as served
   and the true next token, attention over the first-pass keys plus the earlier steps' own keys), i.e. the
   acceptance of draft position k given that positions < k were accepted.
 
-Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``bench/drafts/smollm2-eagle/``: ``config.json``
+Output (EAGLE authors' layout, for ``vllm-spec-eagle``), ``--out`` (default ``.cache/bench/smollm2-eagle/``; the shipped
+draft is ``bench/drafts/smollm2-eagle/``, written by ``make drafts``): ``config.json``
 (the target's Llama config with one layer, float16, and ``"vllm_spec_plugin": "eagle"`` so that plain
 ``--spec-model`` selects the EAGLE plugin) and ``model.safetensors`` (float16 ``fc.*``,
 ``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.mlp.{gate,up,down}_proj.weight``,
@@ -52,7 +53,6 @@ from bench.common import (
     CACHE,
     DATA,
     DRAFT_VOCAB,
-    DRAFTS,
     Budget,
     add_evaluation_options,
     command_line,
@@ -344,7 +344,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--val-fraction", type=float, default=0.05)
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout")
-    ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle")
+    ap.add_argument("--out", type=Path, default=CACHE / "smollm2-eagle",
+                    help="where to save the draft (default %(default)s; the shipped draft: bench/drafts/smollm2-eagle)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--draft-vocab-from", type=Path, default=None, metavar="DRAFT",
                     help="save the draft with the draft vocabulary (d2t, t2d) of DRAFT, a draft of the same target "

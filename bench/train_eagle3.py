@@ -25,7 +25,8 @@ Reported offline: ``stepK_top1`` = draft position K right given positions < K we
 draft vocabulary counts as wrong) on the validation sequences and on the held-out prompts (``--heldout-dir``, other
 topics and other kinds of request), plus the draft vocabulary's coverage of both.
 
-Output ``bench/drafts/smollm2-eagle3/``: ``config.json`` (architectures ``LlamaForCausalLMEagle3``, one layer,
+Output ``--out`` (default ``.cache/bench/smollm2-eagle3/``; the shipped draft is ``bench/drafts/smollm2-eagle3/``, written by
+``make drafts``): ``config.json`` (architectures ``LlamaForCausalLMEagle3``, one layer,
 ``draft_vocab_size``, ``eagle_aux_hidden_state_layer_ids``, ``"vllm_spec_plugin": "eagle"``), ``model.safetensors``
 (float16 ``fc``, ``layers.0.*``, ``norm``; int64 ``d2t``; bool ``t2d``) and ``train_report.json``.
 
@@ -50,7 +51,6 @@ import torch.nn.functional as F
 
 from bench.common import (
     CACHE,
-    DRAFTS,
     Budget,
     add_evaluation_options,
     command_line,
@@ -301,7 +301,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget-min", type=float, default=27.0)
     ap.add_argument("--data-dir", type=Path, default=CACHE / "data3")
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout3")
-    ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-eagle3")
+    ap.add_argument("--out", type=Path, default=CACHE / "smollm2-eagle3",
+                    help="where to save the draft (default %(default)s; the shipped draft: bench/drafts/smollm2-eagle3)")
     ap.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled per training example")
     ap.add_argument("--eval-steps", type=int, default=4)
     ap.add_argument("--vocab-coverage", type=float, default=1.0,

@@ -12,7 +12,8 @@ follows the target's greedy chain (``positions_and_labels``).
 Before training, an alignment check runs the identity head on the stored float16 hidden states: against
 ``t + 1`` it must reproduce the greedy tokens (~100 %), against ``t + 2`` (head 0's label) it must not.
 
-Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``bench/drafts/smollm2-medusa/``:
+Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``--out`` (default ``.cache/bench/smollm2-medusa/``; the
+shipped heads are ``bench/drafts/smollm2-medusa/``, written by ``make drafts-first``):
 ``config.json``, ``medusa_lm_head.safetensors`` (float16 ``blocks.{h}.layers.0.{weight,bias}``, no lm_head:
 ``original_lm_head`` shares the target's) and ``train_report.json``.
 
@@ -41,7 +42,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from bench.common import CACHE, DATA, DRAFTS, Budget, command_line, seed_everything, write_json
+from bench.common import CACHE, DATA, Budget, command_line, seed_everything, write_json
 from bench.draft_data import (
     IGNORE,
     HiddenData,
@@ -228,7 +229,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-dir", type=Path, default=DATA)
     ap.add_argument("--heldout-dir", type=Path, default=CACHE / "heldout",
                     help="hidden states of the held-out prompts (evaluated if present)")
-    ap.add_argument("--out", type=Path, default=DRAFTS / "smollm2-medusa")
+    ap.add_argument("--out", type=Path, default=CACHE / "smollm2-medusa",
+                    help="where to save the heads (default %(default)s; the shipped heads: bench/drafts/smollm2-medusa)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evaluate", type=Path, default=None, metavar="DRAFT",
                     help="no training: the offline accuracy of the saved heads in DRAFT on --heldout-dir's answers")

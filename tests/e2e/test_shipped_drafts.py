@@ -99,8 +99,8 @@ def test_shipped_eagle_draft_on_chat_questions_and_as_vllms_builtin_eagle(smollm
 
 def test_shipped_medusa_heads_on_chat_questions(smollm2, chat_prompts, base):
     """The shipped heads with their draft vocabulary (token_map over the target's lm_head): output equal to no
-    speculation, and the first head accepted about as often as offline (bench/README.md: 22.0 % of MT-Bench's answer
-    tokens, 22.6 % of held-out ShareGPT's). A wrong token_map or wrong rows of the target's head would drop acceptance
+    speculation, and the first head accepted about as often as offline (bench/README.md: 24.3 % of MT-Bench's answer
+    tokens, 26.3 % of held-out ShareGPT's). A wrong token_map or wrong rows of the target's head would drop acceptance
     towards zero while outputs stay right."""
     cfg = json.loads((MEDUSA / "config.json").read_text())
     assert cfg["original_lm_head"] and cfg["truncated_vocab_size"] <= cfg["vocab_size"] // 4
@@ -109,4 +109,4 @@ def test_shipped_medusa_heads_on_chat_questions(smollm2, chat_prompts, base):
     assert r.outputs == base.outputs
     assert "served by plugin 'medusa'" in r.log
     per_pos = r.accepted_per_pos[0] / r.metrics["drafts"]
-    assert per_pos > 0.5 * 0.22, per_pos
+    assert per_pos > 0.5 * 0.243, per_pos

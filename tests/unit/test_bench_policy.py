@@ -176,3 +176,27 @@ def test_a_command_that_does_not_parse_is_caught():
     assert cmds == ["python -m bench.policy --quick", "python -m bench.policy --only EAGLE-4 --stream"]
     with pytest.raises(SystemExit):
         B.parser().parse_args(shlex.split(cmds[1])[3:])
+
+
+@pytest.mark.parametrize("module", ["bench.train_eagle", "bench.train_eagle3", "bench.train_medusa"])
+def test_a_trainer_writes_the_shipped_drafts_only_when_told(module):
+    """A trainer run with its defaults saves a candidate under .cache/bench; the drafts in bench/drafts change only
+    where ``--out`` names them, as the Makefile's recipes do."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[2]
+    out = importlib.import_module(module).parser().parse_args([]).out.resolve()
+    assert out.is_relative_to(root / ".cache" / "bench") and not out.is_relative_to(root / "bench" / "drafts"), out
+
+
+def test_the_makefile_names_every_shipped_draft_it_writes():
+    """Every trainer in the Makefile's recipes says where it saves (the defaults are candidates under .cache), and
+    ``make drafts`` writes the three shipped folders, each through a recipe's ``--out``."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "Makefile").read_text().replace("\\\n", " ")
+    trainers = [line for line in text.splitlines() if re.search(r"-m bench\.train_\w+", line)
+                and "--evaluate" not in line and "--add-draft-vocab" not in line]
+    assert len(trainers) >= 5 and all("--out " in line for line in trainers), [t for t in trainers if "--out " not in t]
+    drafts = re.findall(r"^drafts: (DRAFTS_SG_\w*OUT) = (\S+)$", text, flags=re.M)
+    assert sorted(d for _, d in drafts) == [f"bench/drafts/smollm2-{n}" for n in ("eagle", "eagle3", "medusa")], drafts
+    assert all(f"--out $({var})" in text for var, _ in drafts)
