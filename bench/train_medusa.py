@@ -13,7 +13,7 @@ Before training, an alignment check runs the identity head on the stored float16
 ``t + 1`` it must reproduce the greedy tokens (~100 %), against ``t + 2`` (head 0's label) it must not.
 
 Output (FasterDecoding "new" layout, for ``vllm-spec-medusa``), ``--out`` (default ``.cache/bench/smollm2-medusa/``; the
-shipped heads are ``bench/drafts/smollm2-medusa/``, written by ``make drafts-first``):
+shipped heads are ``bench/drafts/smollm2-medusa/``, written by ``make drafts``):
 ``config.json``, ``medusa_lm_head.safetensors`` (float16 ``blocks.{h}.layers.0.{weight,bias}``, no lm_head:
 ``original_lm_head`` shares the target's) and ``train_report.json``.
 
