@@ -166,9 +166,11 @@ DRAFTS_SG_OUT ?= .cache/bench/smollm2-eagle3-sharegpt
 # The ShareGPT prefill, one set of settings for both recipes (`--resume` refuses a prefill made with other ones).
 DRAFTS_SG_PREFILL = $(PY) -m bench.hidden --bf16 --data .cache/bench/sg/train.jsonl --out-dir .cache/bench/sg \
   --aux-layers 2,15,27 --group 32
+# drafts-sharegpt's prefill from nothing: the replies to prefill, then DRAFTS_SG_HIDDEN_MIN minutes of it.
+DRAFTS_SG_FIRST_PREFILL = $(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl && \
+  $(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_HIDDEN_MIN)
 drafts-sharegpt: drafts-eval-sets
-	$(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
-	$(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_HIDDEN_MIN)
+	$(DRAFTS_SG_FIRST_PREFILL)
 	$(PY) -m bench.train_eagle3 --bf16 --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --also-evaluate sharegpt=.cache/bench/sgheld --max-draft-vocab 12288 --budget-min $(DRAFTS_SG_EAGLE3_MIN) \
 	  --out $(DRAFTS_SG_OUT)
@@ -182,8 +184,7 @@ drafts-sharegpt: drafts-eval-sets
 DRAFTS_SG_MEDUSA_MIN ?= 15
 DRAFTS_SG_MEDUSA_OUT ?= .cache/bench/smollm2-medusa-sharegpt
 drafts-medusa-sharegpt: drafts-eval-sets
-	test -f .cache/bench/sg/hidden_meta.json || $(PY) -m bench.prefill_data --out .cache/bench/sg/train.jsonl
-	test -f .cache/bench/sg/hidden_meta.json || $(DRAFTS_SG_PREFILL) --budget-min $(DRAFTS_SG_HIDDEN_MIN)
+	test -f .cache/bench/sg/hidden_meta.json || { $(DRAFTS_SG_FIRST_PREFILL); }
 	$(PY) -m bench.train_medusa --data-dir .cache/bench/sg --heldout-dir .cache/bench/chat \
 	  --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB) --budget-min $(DRAFTS_SG_MEDUSA_MIN) --out $(DRAFTS_SG_MEDUSA_OUT)
 
@@ -221,4 +222,4 @@ drafts-first: setup
 	$(PY) -m bench.train_medusa --budget-min $(DRAFTS_MEDUSA_MIN) --draft-vocab-from $(DRAFTS_SG_EAGLE_VOCAB) \
 	  --out .cache/bench/smollm2-medusa-first
 	$(PY) -m bench.train_eagle --budget-min $(DRAFTS_EAGLE_MIN) --out .cache/bench/smollm2-eagle-first
-	du -sh bench/drafts/*
+	du -sh .cache/bench/smollm2-medusa-first .cache/bench/smollm2-eagle-first
