@@ -54,7 +54,7 @@ def engine_name(vllm_config) -> str:  # type: ignore[no-untyped-def]
     spec = getattr(vllm_config, "speculative_config", None)
     name = "none" if spec is None else f"{spec.method}-{os.path.basename(str(spec.model or ''))}"
     settings = sorted(f"{k[len('VLLM_SPEC_PLUGINS_'):].lower()}={v}" for k, v in os.environ.items()
-                      if k.startswith("VLLM_SPEC_PLUGINS_") and k != "VLLM_SPEC_PLUGINS_TEST_FORKSERVER")
+                      if k.startswith("VLLM_SPEC_PLUGINS_") and not k.startswith("VLLM_SPEC_PLUGINS_TEST_"))
     return re.sub(r"[^A-Za-z0-9_.=,-]+", "_", ",".join([name, *settings]))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ._env import env_flag
 from ._names import ENV_SKIP_VERSION_CHECK, SUPPORTED_VLLM
 
-__all__ = ["supported_text", "version_supported", "vllm_version"]
+__all__ = ["has_speculator_registry", "supported_text", "version_supported", "vllm_version"]
 
 
 def vllm_version() -> tuple[str, tuple[int, int] | None]:
@@ -29,4 +29,18 @@ def version_supported(minor: tuple[int, int] | None) -> bool:
 
 
 def supported_text() -> str:
-    return " and ".join(f"{a}.{b}" for a, b in SUPPORTED_VLLM)
+    names = [f"{a}.{b}" for a, b in SUPPORTED_VLLM]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+#: The first vLLM with a speculator registry (``register_speculative_method``) and without the V1 runner.
+REGISTRY_VLLM = (0, 34)
+
+
+def has_speculator_registry(minor: tuple[int, int] | None = None) -> bool:
+    """Whether the installed vLLM (or ``minor``) builds speculators from its registry (0.34 on): the shim then
+    declares plugin drafters to it (:mod:`vllm_spec_plugins.speculators`) instead of patching the runner's
+    ``init_speculator``."""
+    if minor is None:
+        minor = vllm_version()[1]
+    return minor is not None and minor >= REGISTRY_VLLM

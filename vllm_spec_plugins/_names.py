@@ -30,4 +30,4 @@ MODEL_K_ATTR = "vsp_model_k"
 """Where the scheduler patch (9) puts, on a ``SchedulerOutput`` whose ``k`` the policy raised for prompt lookup's
 drafts, how many of them the plugin's model drafts (the rest are padding where lookup finds no match); the runner
 patch (5 on V1, 23 on MRV2) hands it to the proposer."""
-SUPPORTED_VLLM = ((0, 32), (0, 33))
+SUPPORTED_VLLM = ((0, 32), (0, 33), (0, 34))

@@ -14,6 +14,7 @@ import os
 import typing
 from typing import TYPE_CHECKING, Any
 
+from ._compat import has_speculator_registry
 from .api import Drafter
 from .checkpoint import (
     ARCH_ATTR,
@@ -204,6 +205,15 @@ def alias_route(host: PluginHost, alias: str, model: str | None) -> str:
     return routes[0]
 
 
+def registered_method(name: str) -> bool:
+    """Whether ``name`` is a method of vLLM's speculator registry (vLLM 0.34 on; the shim registers plugin names)."""
+    if not has_speculator_registry():
+        return False
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import registered_speculative_methods
+
+    return name in registered_speculative_methods()
+
+
 def route_request(host: PluginHost, cfg: Any, model: str | None, method: str | None,
                   supported: bool = True) -> tuple[Any, str | None]:
     """What the config patch does to a speculative config before vLLM reads it (also what ``check`` asks):
@@ -237,7 +247,8 @@ def route_request(host: PluginHost, cfg: Any, model: str | None, method: str | N
         if route in ATTENTION_METHODS:
             cfg["method"] = route
         elif method not in vllm_methods():
-            cfg["method"] = "draft_model"
+            # vLLM 0.34: the plugin's name is a method of vLLM's registry (vllm_spec_plugins.speculators)
+            cfg["method"] = method if registered_method(method) else "draft_model"
             own = host.plugins[method].drafters
             if local and "model_type" not in local and len(own) == 1 and own[0].model_type:
                 raise PluginContractError(
@@ -509,6 +520,10 @@ def finalize_spec(host: PluginHost, spec: Any, alias: str | None, supported: boo
     setattr(hf, PLUGIN_ATTR, drafter.plugin)
     setattr(hf, DIST_ATTR, drafter.display_dist)
     setattr(hf, ARCH_ATTR, arch)
+    if has_speculator_registry():
+        # 0.34 reads the speculator from the draft's model info (the plugin class declares it): inspect it again
+        # for the private architecture, as vLLM does after its own EAGLE config rewrites architectures
+        spec.update_arch_()
     logger.info("vllm_spec_plugins: draft '%s' served by plugin '%s' (%s)", path, drafter.plugin, drafter.display_dist)
     return spec
 

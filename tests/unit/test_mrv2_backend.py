@@ -116,23 +116,23 @@ def _states(index):
 @pytest.mark.parametrize("policy,expect", [("keep", [5.0, 5.0]), ("reset", [0.0, 0.0])])
 def test_preempted_state_is_parked_then_restored_or_reset(policy, expect):
     r = _stateful(policy)
-    r.on_requests_added(["a", "b"], _states({"a": 0, "b": 1}))
+    r.requests_added(["a", "b"], _states({"a": 0, "b": 1}))
     slot_a = int(r.slot_map[0])
     r.pool.tensors["h"][slot_a] = 5.0
-    r.on_requests_finished(set(), {"a"})  # MRV2 frees slot 0
+    r.requests_left(set(), {"a"})  # MRV2 frees slot 0
     assert len(r.pool) == 2 and r._parked == {"a"}
-    r.on_requests_added(["a"], _states({"b": 1, "a": 3}))  # back as a new request, another slot
+    r.requests_added(["a"], _states({"b": 1, "a": 3}))  # back as a new request, another slot
     assert int(r.slot_map[3]) == slot_a and r._parked == set()
     assert r.pool.tensors["h"][slot_a].tolist() == expect
-    r.on_requests_finished({"a", "b"}, set())
+    r.requests_left({"a", "b"}, set())
     assert len(r.pool) == 0
 
 
 def test_a_parked_request_that_is_aborted_frees_its_state():
     r = _stateful()
-    r.on_requests_added(["a"], _states({"a": 0}))
-    r.on_requests_finished(set(), {"a"})
-    r.on_requests_finished({"a"}, set())  # aborted while preempted
+    r.requests_added(["a"], _states({"a": 0}))
+    r.requests_left(set(), {"a"})
+    r.requests_left({"a"}, set())  # aborted while preempted
     assert len(r.pool) == 0 and r._parked == set()
 
 

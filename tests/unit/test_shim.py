@@ -62,7 +62,7 @@ def test_register_once_even_after_failure(fresh_shim, monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.parametrize("minor,ok", [((0, 32), True), ((0, 33), True), ((0, 31), False), ((0, 34), False),
+@pytest.mark.parametrize("minor,ok", [((0, 32), True), ((0, 33), True), ((0, 34), True), ((0, 31), False), ((0, 35), False),
                                       ((1, 32), False), (None, False)])
 def test_version_supported(monkeypatch, minor, ok):
     monkeypatch.delenv("VLLM_SPEC_PLUGINS_SKIP_VERSION_CHECK", raising=False)
@@ -89,7 +89,7 @@ def test_version_check_skip_refuses_other_values_naming_the_variable(monkeypatch
 
 
 def test_supported_text():
-    assert shim.supported_text() == "0.32 and 0.33"
+    assert shim.supported_text() == "0.32, 0.33 and 0.34"
 
 
 def test_empty_allow_list_does_nothing(fresh_shim, monkeypatch):
@@ -276,7 +276,7 @@ def test_finalize_unsupported_vllm(host, monkeypatch):
     with pytest.raises(UnsupportedVllmError) as ei:
         finalize_spec(host, spec, None, supported=False)
     msg = str(ei.value)
-    assert "supports vLLM 0.32 and 0.33; found 0.31.2" in msg
+    assert "supports vLLM 0.32, 0.33 and 0.34; found 0.31.2" in msg
     assert "plugin 'medlike'" in msg and "'/ckpt/medusa-tiny'" in msg
     assert spec.method == "medusa"  # untouched
 

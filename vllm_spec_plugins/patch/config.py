@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._compat import has_speculator_registry
 from ..checkpoint import ARCH_ATTR, DIST_ATTR
 from ..errors import VllmSpecPluginError
 from ..explain import version_error, why_config_failed
@@ -143,7 +144,7 @@ def apply(host: PluginHost, supported: bool) -> None:
         wrap_method(m.SpeculativeConfig, "compute_hash", _compute_hash_wrap)
 
     when_imported("vllm.engine.arg_utils", engine_args)
-    if not supported:
-        return
+    if not supported or has_speculator_registry():
+        return  # 0.34: no V1 runner to choose, and each SpeculatorConfig adds its own hash factors
     when_imported("vllm.config.vllm", vllm_config)
     when_imported("vllm.config.speculative", speculative)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._compat import has_speculator_registry
 from .._names import MM_MASK_ATTR, MODEL_K_ATTR
 from ..routing import ATTENTION_METHODS, plugin_of
 from ._util import rebind_global, when_imported, wrap_method
@@ -63,7 +64,7 @@ def _finish_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     def finish_requests(self: Any, scheduler_output: Any) -> Any:
         spec = _plugin_speculator(self)
         if spec is not None:
-            spec.on_requests_finished(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
+            spec.requests_left(scheduler_output.finished_req_ids, scheduler_output.preempted_req_ids)
         return original(self, scheduler_output)
 
     return finish_requests
@@ -74,7 +75,7 @@ def _add_wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         out = original(self, scheduler_output)
         spec = _plugin_speculator(self)
         if spec is not None and scheduler_output.scheduled_new_reqs:
-            spec.on_requests_added([r.req_id for r in scheduler_output.scheduled_new_reqs], self.req_states)
+            spec.requests_added([r.req_id for r in scheduler_output.scheduled_new_reqs], self.req_states)
         return out
 
     return add_requests
@@ -128,11 +129,14 @@ def patch_encoder_runner(er: Any) -> None:
 
 
 def patch_module(mr: Any) -> None:
-    rebind_global(mr, "init_speculator", _init_speculator_wrap)
     cls = mr.GPUModelRunner
-    wrap_method(cls, "__init__", _init_wrap)
+    if not has_speculator_registry():
+        # 0.34 builds the speculator its SpeculatorConfig names, hands it req_states, reads the config's
+        # uses_aux_hidden_states and calls its add_request hook (vllm_spec_plugins.speculators)
+        rebind_global(mr, "init_speculator", _init_speculator_wrap)
+        wrap_method(cls, "__init__", _init_wrap)
+        wrap_method(cls, "add_requests", _add_wrap)
     wrap_method(cls, "finish_requests", _finish_wrap)
-    wrap_method(cls, "add_requests", _add_wrap)
     wrap_method(cls, "postprocess_sampled", _postprocess_wrap)
     wrap_method(cls, "take_draft_token_ids", _take_drafts_wrap)
     wrap_method(cls, "execute_model", _execute_wrap)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from .._compat import has_speculator_registry
 from .._names import MODEL_K_ATTR, SOURCES_ATTR
 from ..policy import ENV_STATS, AdaptivePolicy, PolicySettings, StepShape
 from ..routing import plugin_of
@@ -235,4 +236,5 @@ def patch_module(mod: Any) -> None:
 def apply_when_imported() -> None:
     """Patch vLLM's V1 ``Scheduler`` and ``EngineCore`` when the engine core imports them."""
     when_imported(MODULE, patch_module)
-    when_imported(CORE_MODULE, patch_core)
+    if not has_speculator_registry():  # only the V1 runner's k = 0 drafts are empty; 0.34 has no V1 runner
+        when_imported(CORE_MODULE, patch_core)

@@ -42,7 +42,7 @@ from .inputs import (
     needs_aux,
     token_rows,
 )
-from .lookup import ENV_LOOKUP, LookupConfig, PromptLookup, auto_off_reason, lookup_config
+from .lookup import ENV_LOOKUP, MODEL, LookupConfig, PromptLookup, auto_off_reason, lookup_config
 from .state import (
     TOKEN_SOURCES,
     StatePool,
@@ -369,9 +369,18 @@ class DrafterRuntime:
         drafts. Called on the host after the step, by the runner's ``take_draft_token_ids`` (vLLM calls it with
         synchronous scheduling; one small copy to the host, after the step's own)."""
         lk = self.lookup
-        if lk is None or lk.chosen is None or list(self._step.get("req_ids", ())[:len(req_ids)]) != list(req_ids):
+        step_ids = list(self._step.get("req_ids", ()))
+        if lk is None or lk.chosen is None or not req_ids:
             return None
-        return [int(x) for x in lk.chosen[:len(req_ids)].tolist()]
+        if step_ids[:len(req_ids)] == list(req_ids):
+            return [int(x) for x in lk.chosen[:len(req_ids)].tolist()]
+        # vLLM 0.34 hands over every live request holding drafts, in the order each first got some: match by id;
+        # a request this step did not draft for keeps the model as its source (the policy's default)
+        row = {r: i for i, r in enumerate(step_ids)}
+        if not any(r in row for r in req_ids):
+            return None
+        chosen = lk.chosen[:len(step_ids)].tolist()
+        return [int(chosen[row[r]]) if r in row else MODEL for r in req_ids]
 
     # -- inputs ----------------------------------------------------------------
 

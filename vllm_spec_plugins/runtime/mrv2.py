@@ -34,6 +34,7 @@ and at replay. Verified on CPU only (Triton interpreter): see docs/model-runner-
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any
@@ -54,12 +55,18 @@ logger = logging.getLogger("vllm.spec_plugins")
 
 def make_speculator(vllm_config: Any, device: torch.device,
                     req_states: Any = None) -> PluginHeadsSpeculator | PluginEagleSpeculator:
-    """The plugin speculator for this engine's draft (what ``init_speculator`` returns for plugin specs)."""
+    """The plugin speculator for this engine's draft (what ``init_speculator`` returns for plugin specs on vLLM 0.32
+    and 0.33; on 0.34 vLLM's registry builds the class its ``SpeculatorConfig`` names, :mod:`..speculators`)."""
     d = drafter_for(vllm_config)
     cls = PluginHeadsSpeculator if d.kind == "heads" else PluginEagleSpeculator
+    return cls(vllm_config, device, req_states, drafter=d)
+
+
+def _announced(vllm_config: Any, cls: type[Any], drafter: Drafter | None) -> Drafter:
+    d = drafter_for(vllm_config) if drafter is None else drafter
     logger.info("vllm_spec_plugins: plugin %r (%s) runs on Model Runner V2 (%s)", d.plugin, d.display_dist,
                 cls.__name__)
-    return cls(vllm_config, device, drafter=d)
+    return d
 
 
 class Mrv2Runtime(DrafterRuntime):
@@ -86,15 +93,20 @@ class Mrv2Runtime(DrafterRuntime):
         self.wants_sampled = any(b.source is Source.SAMPLED_TOKEN_IDS
                                  for b in self.forward_bindings + self.update_bindings)
 
+    #: MRV2's table of live requests (``RequestState``): passed to the constructor on vLLM 0.34, from the runner
+    #: (patch 14) on 0.32 and 0.33
+    _req_states: Any = None
+
     def attach_runner(self, runner: Any) -> None:
-        """The MRV2 model runner (patch 14): its model state holds what the target is fed at each step."""
-        self._mrv2_runner = runner
+        """The MRV2 model runner (patch 14, vLLM 0.32 and 0.33): its table of live requests."""
+        self._req_states = runner.req_states
 
     def _target_inputs(self, T: int) -> dict[str, Any]:
         """What the target was fed this step, from MRV2's own buffers (no copy): the merged input embeddings
         (the encoder runner's persistent buffer), the multimodal-row mask its gather built (patch 19), and the
-        M-RoPE positions (the rope state's buffer), where the target has them."""
-        state = getattr(getattr(self, "_mrv2_runner", None), "model_state", None)
+        M-RoPE positions (the rope state's buffer), where the target has them. The model state is the runner's,
+        which vLLM hands the speculator in ``set_attn``."""
+        state = getattr(self, "model_state", None)
         out: dict[str, Any] = {}
         rope = getattr(state, "rope_state", None)
         if rope is not None:
@@ -111,7 +123,7 @@ class Mrv2Runtime(DrafterRuntime):
 
     # -- request lifecycle (from the runner patches, outside propose) ----------------
 
-    def on_requests_finished(self, finished: Any, preempted: Any) -> None:
+    def requests_left(self, finished: Any, preempted: Any) -> None:
         """Before MRV2 frees the slots: free the state of finished requests, park that of preempted ones (and drop
         the kept first-pass rows of both: a preempted request's blocks are freed, its prefill runs the first pass)."""
         for req_id in (*(finished or ()), *(preempted or ())):
@@ -128,7 +140,14 @@ class Mrv2Runtime(DrafterRuntime):
             if req_id not in (finished or ()):
                 self._parked.add(req_id)
 
-    def on_requests_added(self, req_ids: list[str], req_states: Any) -> None:
+    def add_request(self, req_index: int) -> None:
+        """vLLM 0.34's hook: a new request got MRV2 slot ``req_index`` (0.32 and 0.33: patch 16 calls
+        :meth:`requests_added`)."""
+        req_id = self._req_states.index_to_req_id.get(req_index) if self._req_states is not None else None
+        if req_id is not None:
+            self.requests_added([req_id], self._req_states)
+
+    def requests_added(self, req_ids: list[str], req_states: Any) -> None:
         """After MRV2 gave each new request a slot: restore or initialise its state, map slot -> pool slot."""
         if self.pool is None:
             return
@@ -146,7 +165,7 @@ class Mrv2Runtime(DrafterRuntime):
     def _lookup_prompt(self, req_id: str) -> torch.Tensor | None:
         """MRV2's own table of the request's tokens (prompt, and output before a preemption): its row, up to the
         tokens it was added with (the rest of the row is never read before this runtime writes it)."""
-        states: Any = getattr(getattr(self, "_mrv2_runner", None), "req_states", None)
+        states: Any = self._req_states
         index = None if states is None else states.req_id_to_index.get(req_id)
         if index is None:
             return None
@@ -226,8 +245,11 @@ class Mrv2Runtime(DrafterRuntime):
 class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  # type: ignore[misc]  # vLLM's is Any
     """A ``heads`` plugin drafter on MRV2: one forward per step, one row per request, no draft KV cache."""
 
-    def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
+    def __init__(self, vllm_config: Any, device: torch.device, req_states: Any = None, *,
+                 drafter: Drafter | None = None) -> None:
+        drafter = _announced(vllm_config, type(self), drafter)
         DraftModelSpeculator.__init__(self, vllm_config, device)
+        self._req_states = req_states
         self._setup_mrv2(lambda: self._setup_plugin(vllm_config, device, None, drafter,
                                                              request_rows=self.max_num_reqs))
 
@@ -293,8 +315,11 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
 class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # type: ignore[misc]  # vLLM's is Any
     """An ``attention`` plugin drafter on MRV2, inside vLLM's EAGLE loop (TargetDependentARSpeculator)."""
 
-    def __init__(self, vllm_config: Any, device: torch.device, *, drafter: Drafter) -> None:
+    def __init__(self, vllm_config: Any, device: torch.device, req_states: Any = None, *,
+                 drafter: Drafter | None = None) -> None:
+        drafter = _announced(vllm_config, type(self), drafter)
         EagleSpeculator.__init__(self, vllm_config, device)
+        self._req_states = req_states
         self._setup_mrv2(lambda: self._setup_attention(vllm_config, device, None, drafter))
 
     def load_model(self, target_model: torch.nn.Module) -> None:
@@ -324,7 +349,8 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
     _prefill_samples = True
 
     def _prefill(self, num_reqs: int, num_tokens: int, attn_metadata: Any, slot_mappings: Any,
-                 num_tokens_across_dp: Any, cudagraph_runtime_mode: Any = None, mm_inputs: Any = None) -> None:
+                 num_tokens_across_dp: Any, cudagraph_runtime_mode: Any = None, mm_inputs: Any = None,
+                 **kwargs: Any) -> None:
         """vLLM's draft prefill; in a step whose model drafts nothing, only its forward.
 
         The forward writes the draft KV cache of the step's tokens, which later drafts attend to. vLLM's prefill
@@ -334,7 +360,14 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
         a prompt in the batch, or a catch-up at the kept-rows limit, whose first pass cannot be skipped), the forward
         runs alone. With prefill context parallelism (which reshapes the draft's rows) vLLM's prefill runs as it is.
         """
-        kwargs = {} if cudagraph_runtime_mode is None else {"cudagraph_runtime_mode": cudagraph_runtime_mode}
+        if cudagraph_runtime_mode is not None:
+            kwargs["cudagraph_runtime_mode"] = cudagraph_runtime_mode
+        if "skip_sample" in kwargs:  # vLLM 0.34 runs the forward alone itself when told to
+            kwargs["skip_sample"] = bool(kwargs["skip_sample"]) or not self._prefill_samples
+            with self._discarding() if kwargs["skip_sample"] else contextlib.nullcontext():
+                super()._prefill(num_reqs, num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp,
+                                 mm_inputs=mm_inputs, **kwargs)
+            return
         if self._prefill_samples or getattr(self, "pcp_manager", None) is not None:
             super()._prefill(num_reqs, num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp, mm_inputs=mm_inputs,
                              **kwargs)
