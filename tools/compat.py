@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Check that every vLLM symbol our runtime patches touch exists, with the
-expected leading parameters, in a given vLLM release -- without installing or
+expected leading parameters, in given vLLM releases -- without installing or
 importing vLLM.
 
 The manifest is ``vllm_spec_plugins/patch/targets.py`` (stdlib only).  The
@@ -12,12 +12,24 @@ source is read as text and parsed with :mod:`ast`, either
 * from the installed package (``--installed``), located with
   ``importlib.util.find_spec("vllm")``, which does not import it.
 
+Every source named is checked in one run (``--wheel`` and ``--vllm-version`` are
+repeatable), each against the manifest's view of its own minor version: the
+targets whose ``versions`` list it must exist, the others are SKIP (absent) or
+INFO (still present).  Each version ends with a one-line summary, with the
+number of patches applied on it (the distinct ``Target.patch`` numbers of its
+targets); with several sources, a block of those lines closes the report.
+
 Usage::
 
-    python tools/compat.py [--vllm-version 0.33.0] [--wheel PATH] [--installed]
+    python tools/compat.py [--installed] [--wheel PATH ...] [--vllm-version X.Y.Z ...]
+    python tools/compat.py --installed --vllm-version 0.33.0 --vllm-version 0.34.0   # make compat
+
+With no source named, the ``vllm==0.33.0`` wheel is checked.
 
 Exit status: 0 when every applicable target matches, 1 on any MISSING /
-SIGNATURE / ERROR row, 2 when the source could not be found at all.
+SIGNATURE / ERROR row, 2 when the source could not be found at all.  With
+several sources: 2 when any source could not be found (the others are still
+checked), else 1 when any version has a failing row, else 0.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,22 +314,32 @@ def _bindings(body: Sequence[ast.stmt], name: str) -> list[ast.stmt]:
 
 
 def _self_attr_bindings(cls: ast.ClassDef, name: str) -> list[ast.stmt]:
-    """``self.<name> = ...`` inside ``__init__`` / ``__post_init__``."""
+    """``self.<name> = ...`` inside ``__init__`` / ``__post_init__``, or, when neither assigns it, inside any other
+    method of the class (e.g. ``set_attn`` storing what the runner hands over later)."""
+    constructors = [fn for fn in cls.body if isinstance(fn, _FUNCS) and fn.name in ("__init__", "__post_init__")]
+    others = [fn for fn in cls.body if isinstance(fn, _FUNCS) and fn not in constructors]
+    for fns in (constructors, others):
+        out = [node for fn in fns for node in _assigns_to_self(fn, name)]
+        if out:
+            return out
+    return []
+
+
+def _assigns_to_self(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> list[ast.stmt]:
+    positional = fn.args.posonlyargs + fn.args.args
+    self_name = positional[0].arg if positional else "self"
     out: list[ast.stmt] = []
-    for fn in cls.body:
-        if isinstance(fn, _FUNCS) and fn.name in ("__init__", "__post_init__"):
-            self_name = (fn.args.posonlyargs + fn.args.args)[0].arg if (fn.args.posonlyargs + fn.args.args) else "self"
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Assign):
-                    targets = node.targets
-                elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                    targets = [node.target]
-                else:
-                    continue
-                for t in targets:
-                    if (isinstance(t, ast.Attribute) and t.attr == name
-                            and isinstance(t.value, ast.Name) and t.value.id == self_name):
-                        out.append(node)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for t in targets:
+            if (isinstance(t, ast.Attribute) and t.attr == name
+                    and isinstance(t.value, ast.Name) and t.value.id == self_name):
+                out.append(node)
     return out
 
 
@@ -436,11 +458,19 @@ def _fmt_params(params: Iterable[str]) -> str:
     return "(" + ", ".join(params) + ")"
 
 
-def check_target(target, source, minor: str, _cache: dict | None = None) -> Row:
+def check_target(target, source, minor: str, _cache: dict | None = None,
+                 covered: frozenset[tuple[str, str]] = frozenset()) -> Row:
+    """One manifest row. ``covered``: the ``(module, qualname)`` of the targets that apply to ``minor``; a target
+    that does not apply but shares its symbol with one of them (another signature of the same function) is SKIP,
+    not INFO."""
     cache = _cache if _cache is not None else {}
     applicable = minor in tuple(target.versions)
     expected = _fmt_params(target.params) if target.params else "-"
     row = Row("", target.module, target.qualname, expected, "", target.why, target=target)
+    if not applicable and (target.module, target.qualname) in covered:
+        row.status, row.found = SKIP, "-"
+        row.note = f"not this entry's version: another entry of {target.qualname} covers {minor}"
+        return row
 
     if target.module not in cache:
         got = source.read(target.module)
@@ -497,7 +527,24 @@ def check_target(target, source, minor: str, _cache: dict | None = None) -> Row:
 
 def check(targets, source, minor: str) -> list[Row]:
     cache: dict = {}
-    return [check_target(t, source, minor, cache) for t in targets]
+    covered = frozenset((t.module, t.qualname) for t in targets if minor in tuple(t.versions))
+    return [check_target(t, source, minor, cache, covered) for t in targets]
+
+
+def applied_patches(targets, minor: str) -> list[int]:
+    """The registry numbers of the patches applied on ``minor``: the distinct ``patch`` of the targets for it."""
+    return sorted({t.patch for t in targets if getattr(t, "patch", None) is not None and minor in tuple(t.versions)})
+
+
+def format_numbers(numbers: Sequence[int]) -> str:
+    """``[1, 8, 9, 10, 15]`` -> ``"1, 8-10, 15"``."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _wrap_params(text: str, width: int) -> list[str]:
@@ -550,14 +597,36 @@ def summarize(rows: Sequence[Row]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if s in counts)
 
 
-def run(source, version: str | None, targets=None, out=None) -> int:
-    """Check ``targets`` (default: the manifest) against ``source``, print the
-    report to ``out`` (default: the current ``sys.stdout``); return the exit code."""
+@dataclass
+class Result:
+    """What checking one vLLM source gave."""
+    label: str
+    version: str | None
+    minor: str | None = None
+    rows: list[Row] = field(default_factory=list)
+    patches: list[int] = field(default_factory=list)
+    code: int = 0  # 0 pass, 1 failing rows, 2 source or version not found
+    error: str = ""
+
+    def line(self) -> str:
+        """The one-line summary of this version."""
+        if self.code == 2:
+            return f"vLLM {self.version or '?'} ({self.label}): ERROR: {self.error}"
+        verdict = "FAIL" if self.code else "PASS"
+        return (f"vLLM {self.version} ({self.label}): {verdict}: {summarize(self.rows)}; "
+                f"{len(self.patches)} patch{'' if len(self.patches) == 1 else 'es'} applied on {self.minor} "
+                f"({format_numbers(self.patches) or 'none'})")
+
+
+def check_source(source, version: str | None, targets=None, out=None) -> Result:
+    """Check ``targets`` (default: the manifest) against ``source`` with the manifest's view of ``version``'s
+    minor, print the report to ``out`` (default: the current ``sys.stdout``)."""
     out = sys.stdout if out is None else out
     targets = load_targets() if targets is None else targets
     if not version:
-        print(f"error: cannot determine the vLLM version of {source.label}", file=out)
-        return 2
+        err = f"cannot determine the vLLM version of {source.label}"
+        print(f"error: {err}", file=out)
+        return Result(source.label, None, code=2, error=err)
     minor = minor_of(version)
     print(f"vLLM source: {source.label}", file=out)
     print(f"vLLM version: {version} (checking targets for {minor})", file=out)
@@ -566,39 +635,77 @@ def run(source, version: str | None, targets=None, out=None) -> int:
     print(format_table(rows), file=out)
     print(file=out)
     failed = [r for r in rows if r.status in FAILING]
+    result = Result(source.label, version, minor, rows, applied_patches(targets, minor), 1 if failed else 0)
     print(f"summary: {summarize(rows)}", file=out)
+    print(f"patches applied on {minor}: {len(result.patches)} ({format_numbers(result.patches) or 'none'})",
+          file=out)
     print("result: " + ("FAIL" if failed else "PASS"), file=out)
-    return 1 if failed else 0
+    print(f"version summary: {result.line()}", file=out)
+    return result
+
+
+def run(source, version: str | None, targets=None, out=None) -> int:
+    """Check ``targets`` (default: the manifest) against ``source``, print the
+    report to ``out`` (default: the current ``sys.stdout``); return the exit code."""
+    return check_source(source, version, targets, out).code
+
+
+def exit_code(results: Sequence[Result]) -> int:
+    """2 when any source could not be read, else 1 when any version has a failing row, else 0."""
+    codes = {r.code for r in results}
+    return 2 if 2 in codes else 1 if 1 in codes else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vllm-version", default=DEFAULT_VERSION,
-                    help=f"vLLM release whose wheel to check (default {DEFAULT_VERSION})")
-    ap.add_argument("--wheel", type=Path, help="check this wheel file instead of downloading one")
+    ap.add_argument("--vllm-version", action="append", metavar="X.Y.Z",
+                    help=f"vLLM release whose wheel to check; repeatable (default, when no source is named: "
+                         f"{DEFAULT_VERSION})")
+    ap.add_argument("--wheel", type=Path, action="append", metavar="PATH",
+                    help="check this wheel file instead of downloading one; repeatable")
     ap.add_argument("--installed", action="store_true",
                     help="check the vllm installed for this interpreter (found, never imported)")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                     help="where downloaded wheels are kept (default .cache/vllm-wheels)")
     args = ap.parse_args(argv)
 
-    try:
-        if args.installed:
-            source = installed_source()
-        else:
-            wheel = args.wheel or download_wheel(args.vllm_version, args.cache_dir)
-            source = WheelSource(wheel)
-    except (LookupError, OSError, zipfile.BadZipFile) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        version = source.version()
-        if args.wheel is None and not args.installed and version and version != args.vllm_version:
-            print(f"warning: wheel reports version {version}, asked for {args.vllm_version}", file=sys.stderr)
-        return run(source, version)
-    finally:
-        source.close()
+    # (label for errors, opener, the version asked for or None)
+    plan: list[tuple[str, Callable[[], object], str | None]] = []
+    if args.installed:
+        plan.append(("installed vllm", installed_source, None))
+    for wheel in args.wheel or ():
+        plan.append((str(wheel), lambda w=wheel: WheelSource(w), None))
+    versions = args.vllm_version or ([] if plan else [DEFAULT_VERSION])
+    for v in versions:
+        plan.append((f"vllm=={v}", lambda v=v: WheelSource(download_wheel(v, args.cache_dir)), v))
+
+    results: list[Result] = []
+    for i, (label, opener, asked) in enumerate(plan):
+        if i:
+            print("\n" + "=" * 100 + "\n")
+        try:
+            source = opener()
+        except (LookupError, OSError, zipfile.BadZipFile) as e:
+            print(f"error: {e}", file=sys.stderr)
+            results.append(Result(label, asked, code=2, error=str(e).splitlines()[0]))
+            continue
+        try:
+            version = source.version()  # type: ignore[attr-defined]
+            if asked and version and version != asked:
+                print(f"warning: wheel reports version {version}, asked for {asked}", file=sys.stderr)
+            results.append(check_source(source, version))
+        finally:
+            source.close()  # type: ignore[attr-defined]
+    if len(results) > 1:
+        print("\n" + "=" * 100)
+        print("summary by vLLM version:")
+        for r in results:
+            print(f"  {r.line()}")
+    code = exit_code(results)
+    if len(results) > 1:
+        print("result: " + ("PASS" if code == 0 else "FAIL"))
+    return code
 
 
 if __name__ == "__main__":

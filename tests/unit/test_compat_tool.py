@@ -72,6 +72,15 @@ class EngineArgs(Base):
         return value
 
 
+class Speculator:
+    def __init__(self, device):
+        self.device = device
+
+    def set_attn(self, model_state, kv_cache_config):
+        self.model_state = model_state
+        self.device = None
+
+
 def top_level(first, second=2):
     return first
 
@@ -102,9 +111,10 @@ def fake_wheel(tmp_path: Path) -> Path:
     return path
 
 
-def T(qualname, params=(), kind="function", module="vllm.engine.arg_utils", versions=("0.32", "0.33"), why="test"):
+def T(qualname, params=(), kind="function", module="vllm.engine.arg_utils", versions=("0.32", "0.33"), why="test",
+      patch=None):
     manifest = _load("_vllm_spec_plugins_patch_targets", TARGETS_PATH)
-    return manifest.Target(module, qualname, params=tuple(params), kind=kind, versions=versions, why=why)
+    return manifest.Target(module, qualname, params=tuple(params), kind=kind, versions=versions, why=why, patch=patch)
 
 
 def _one(target, source, minor="0.33"):
@@ -203,6 +213,41 @@ def test_versions_not_applicable(fake_wheel):
     assert compat.INFO not in compat.FAILING and compat.SKIP not in compat.FAILING
 
 
+def test_attribute_assigned_outside_the_constructor(fake_wheel):
+    src = compat.WheelSource(fake_wheel)
+    row = _one(T("Speculator.model_state", kind="attribute"), src)  # only set_attn assigns it
+    assert row.status == compat.OK
+    row = _one(T("Speculator.device", kind="attribute"), src)  # __init__ wins over set_attn
+    in_init = ARG_UTILS.splitlines().index("        self.device = device") + 1
+    assert row.status == compat.OK and row.note == f"line {in_init}"
+    assert _one(T("Speculator.kv_cache_config", kind="attribute"), src).status == compat.MISSING
+
+
+def test_another_signature_of_the_same_symbol_is_skip_not_info(fake_wheel):
+    """A function whose parameters changed has one target per signature; the one for other versions is SKIP."""
+    src = compat.WheelSource(fake_wheel)
+    old = T("EngineArgs.create_speculative_config", ("self", "target_model_config"), versions=("0.32",))
+    new = T("EngineArgs.create_speculative_config", ("self", "target_model_config", "target_parallel_config"),
+            versions=("0.33", "0.34"))
+    rows = compat.check([old, new], src, "0.33")
+    assert [r.status for r in rows] == [compat.SKIP, compat.OK]
+    assert "another entry" in rows[0].note
+    rows = compat.check([old], src, "0.33")  # alone, it is still reported as present
+    assert rows[0].status == compat.INFO
+
+
+def test_patches_applied_per_version():
+    targets = [T("a", patch=1, versions=("0.32", "0.33", "0.34")), T("b", patch=2, versions=("0.32", "0.33")),
+               T("c", patch=2, versions=("0.32", "0.33")), T("d", versions=("0.34",)),
+               T("e", patch=4, versions=("0.34",)), T("f", patch=5, versions=("0.34",))]
+    assert compat.applied_patches(targets, "0.32") == [1, 2]
+    assert compat.applied_patches(targets, "0.34") == [1, 4, 5]
+    assert compat.applied_patches(targets, "0.35") == []
+    assert compat.format_numbers([1, 4, 5]) == "1, 4-5"
+    assert compat.format_numbers([25, 1, 2, 3, 8, 10, 11, 12]) == "1-3, 8, 10-12, 25"
+    assert compat.format_numbers([]) == ""
+
+
 def test_unparsable_module_is_an_error(fake_wheel):
     src = compat.WheelSource(fake_wheel)
     row = _one(T("oops", module="vllm.broken"), src)
@@ -247,6 +292,13 @@ def test_run_table_and_exit_codes(fake_wheel, capsys):
     assert re.search(r"^OK\s+vllm\.engine\.arg_utils\s+EngineArgs\.create_speculative_config", out, re.M)
     assert "good one" in out and "result: PASS" in out
 
+    assert "patches applied on 0.33: 0 (none)" in out
+    assert re.search(r"^version summary: vLLM 0\.33\.1 \(.*\): PASS: 1 OK; 0 patches applied on 0\.33", out, re.M)
+
+    patched = good + (T("top_level", patch=7, why="patched"), T("gone_in_033", patch=3, versions=("0.32",)))
+    assert compat.run(src, src.version(), patched) == 0
+    assert "patches applied on 0.33: 1 (7)" in capsys.readouterr().out
+
     bad = good + (T("EngineArgs.create_speculative_config", ("self", "renamed"), why="bad one"),
                   T("EngineArgs.gone", why="missing one"))
     assert compat.run(src, src.version(), bad) == 1
@@ -263,6 +315,40 @@ def test_main_with_wheel_never_imports_vllm(fake_wheel, capsys):
     assert rc == 1
     assert "vllm-0.33.1-cp38-abi3-manylinux_2_28_x86_64.whl" in out
     assert "vLLM version: 0.33.1" in out
+
+
+def test_main_checks_several_versions_in_one_run(fake_wheel, tmp_path, capsys, monkeypatch):
+    other = tmp_path / "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(fake_wheel) as src, zipfile.ZipFile(other, "w") as dst:
+        for name in src.namelist():
+            text = src.read(name).decode()
+            dst.writestr(name, text.replace("0.33.1", "0.34.0").replace("33, 1", "34, 0"))
+    targets = (T("EngineArgs.create_speculative_config", ("self", "target_model_config"), patch=1,
+                 versions=("0.32", "0.33", "0.34")),
+               T("EngineArgs.async_method", patch=2, versions=("0.32", "0.33")))
+    monkeypatch.setattr(compat, "load_targets", lambda path=None: targets)
+    assert compat.main(["--wheel", str(fake_wheel), "--wheel", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM version: 0.33.1 (checking targets for 0.33)" in out
+    assert "vLLM version: 0.34.0 (checking targets for 0.34)" in out
+    block = out[out.index("summary by vLLM version:"):]
+    assert re.search(r"vLLM 0\.33\.1 \(vllm-0\.33\.1-.*\): PASS: 2 OK; 2 patches applied on 0\.33 \(1-2\)", block)
+    assert re.search(r"vLLM 0\.34\.0 \(vllm-0\.34\.0-.*\): PASS: 1 OK, 1 INFO; 1 patch applied on 0\.34 \(1\)",
+                     block)
+    assert block.rstrip().endswith("result: PASS")
+
+    # one source missing: the others are still checked, and the run exits 2
+    assert compat.main(["--wheel", str(fake_wheel), "--wheel", str(tmp_path / "nope.whl")]) == 2
+    out = capsys.readouterr().out
+    assert "vLLM version: 0.33.1" in out and "ERROR" in out[out.index("summary by vLLM version:"):]
+
+
+def test_exit_code_of_several_versions():
+    R = compat.Result
+    assert compat.exit_code([R("a", "0.32.0"), R("b", "0.33.0")]) == 0
+    assert compat.exit_code([R("a", "0.32.0", code=1), R("b", "0.33.0")]) == 1
+    assert compat.exit_code([R("a", "0.32.0", code=1), R("b", None, code=2)]) == 2
+    assert compat.exit_code([]) == 0
 
 
 def test_cached_wheel_is_reused_without_pip(tmp_path, monkeypatch):
@@ -346,9 +432,38 @@ def test_manifest_targets_are_well_formed():
         if t.kind != "function":
             assert t.params == (), f"{t.qualname}: params only make sense for functions"
         assert t.versions and all(re.fullmatch(r"\d+\.\d+", v) for v in t.versions), t
-        key = (t.module, t.qualname)
-        assert key not in seen, f"duplicate target {key}"
-        seen.add(key)
+        assert set(t.versions) <= set(manifest.SUPPORTED), f"{t.qualname}: {t.versions} not all supported"
+        assert t.patch is None or (isinstance(t.patch, int) and 1 <= t.patch), t
+        if t.patch is not None:
+            assert t.kind != "class", f"{t.qualname}: a patch wraps a function or rebinds a name, not a class"
+            assert f"patch {t.patch}" in t.why, f"{t.qualname}: why should name patch {t.patch}"
+        for v in t.versions:  # one signature per symbol and version
+            key = (t.module, t.qualname, v)
+            assert key not in seen, f"duplicate target {key}"
+            seen.add(key)
+
+
+def test_manifest_supports_the_package_versions():
+    """SUPPORTED in the manifest is _names.SUPPORTED_VLLM (both stdlib only, loaded by path)."""
+    manifest = compat.load_targets_module()
+    names = _load("_vsp_names_under_test", REPO / "vllm_spec_plugins" / "_names.py")
+    assert manifest.SUPPORTED == tuple(f"{a}.{b}" for a, b in names.SUPPORTED_VLLM)
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_manifest_against_the_cached_wheels(version, capsys):
+    """The real manifest against the real wheel, where ``make compat`` left it in the cache (offline: never
+    downloaded here)."""
+    wheel = compat.find_cached_wheel(version, compat.DEFAULT_CACHE) if compat.DEFAULT_CACHE.is_dir() else None
+    if wheel is None:
+        pytest.skip(f"no cached vllm-{version} wheel in {compat.DEFAULT_CACHE} (make compat fetches it)")
+    src = compat.WheelSource(wheel)
+    try:
+        result = compat.check_source(src, src.version())
+    finally:
+        src.close()
+    out = capsys.readouterr().out
+    assert result.code == 0, "\n".join(line for line in out.splitlines() if line.startswith(("MISSING", "SIGN", "ERR")))
 
 
 def test_manifest_is_stdlib_only():
