@@ -329,7 +329,7 @@ def _check_trial(rep: Report, d: Drafter, target: str, checkpoint: str, k: int, 
         rep.add("trial forward", FAIL, str(e))
         return
     except Exception as e:  # noqa: BLE001
-        rep.add("trial forward", FAIL, f"building the drafter as an engine start would failed: {_err(e)}")
+        rep.add("trial forward", FAIL, f"the drafter failed to build as an engine start builds it: {_err(e)}")
         return
     rep.add("trial forward", OK, "the start-up trial an engine runs (state init, state-carry hook, forward, "
                                  "draft ids within the target's vocabulary) passed")
@@ -484,13 +484,26 @@ def check_symbol(target: Any) -> SymbolRow:
     owner = None
     for i, part in enumerate(parts):
         owner = obj
+        last = i == len(parts) - 1
         if not hasattr(obj, part):
-            if (i == len(parts) - 1 and target.kind == "attribute" and inspect.isclass(owner)
-                    and _assigned_on_self(owner, part)):
-                row.detail = "assigned in __init__"
-                return row
+            if last and target.kind == "attribute" and inspect.isclass(owner):
+                if _annotated(owner, part):  # declared in the class body without a value (a protocol, a dataclass)
+                    row.detail = "declared in the class body"
+                    return row
+                if _assigned_on_self(owner, part):
+                    row.detail = "assigned in __init__"
+                    return row
             row.status, row.detail = FAIL, f"{'.'.join(parts[:i + 1])} not found"
             return row
+        if last and inspect.isclass(owner):
+            # as defined: a property's getter, a classmethod's function (its ``cls`` included), not the bound result
+            raw = inspect.getattr_static(owner, part)
+            if isinstance(raw, property) and raw.fget is not None:
+                obj = raw.fget
+                continue
+            if isinstance(raw, (classmethod, staticmethod)):
+                obj = raw.__func__
+                continue
         obj = getattr(obj, part)
     if target.kind == "class" and not inspect.isclass(obj):
         row.status, row.detail = FAIL, f"expected a class, found {type(obj).__name__}"
@@ -509,6 +522,10 @@ def check_symbol(target: Any) -> SymbolRow:
                 row.status = FAIL
                 row.detail = f"expected leading parameters ({', '.join(target.params)}), found ({', '.join(found)})"
     return row
+
+
+def _annotated(cls: type, name: str) -> bool:
+    return any(name in getattr(klass, "__annotations__", {}) for klass in cls.__mro__)
 
 
 def _assigned_on_self(cls: type, name: str) -> bool:
@@ -534,7 +551,7 @@ def check_manifest(minor: str | None = None) -> list[SymbolRow]:
 
 
 def _vllm_build() -> dict[str, Any]:
-    from ._compat import supported_text, version_supported, vllm_version
+    from ._compat import has_speculator_registry, supported_text, version_supported, vllm_version
 
     ver, minor = vllm_version()
     dists = []
@@ -558,6 +575,7 @@ def _vllm_build() -> dict[str, Any]:
         torch_ver = None
     return {"version": ver, "distributions": dists, "device": device, "torch": torch_ver,
             "supported": version_supported(minor), "supported_versions": supported_text(),
+            "registry": has_speculator_registry(minor),
             "minor": f"{minor[0]}.{minor[1]}" if minor else None}
 
 
@@ -566,11 +584,14 @@ def runner_outlook() -> tuple[str, str]:
 
     The same rules as vLLM's ``VllmConfig.use_v2_model_runner`` plus the shim's
     (:func:`vllm_spec_plugins.routing.mrv2_refusal`); per-engine options (probabilistic draft
-    sampling, adaptive verification) are not known here.
+    sampling, adaptive verification) are not known here. vLLM 0.34 on: ``"v2"`` always (its only runner).
     """
+    from ._compat import has_speculator_registry
     from ._names import ENV_RUNNER
     from .routing import has_mrv2_backend, runner_choice
 
+    if has_speculator_registry():
+        return "v2", _mrv2_only_outlook()
     forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER") or None
     try:
         choice = runner_choice()
@@ -593,6 +614,24 @@ def runner_outlook() -> tuple[str, str]:
     return "v2", "vLLM's default runner; the shim's MRV2 backend serves heads and attention drafters"
 
 
+def _mrv2_only_outlook() -> str:
+    """vLLM 0.34 on: the only runner there is, and what serves plugin drafters on it."""
+    from ._names import ENV_RUNNER
+
+    why = ("vLLM's only runner (vLLM 0.34 removed the V1 model runner); vLLM's speculator registry builds "
+           "plugin drafters as vllm_spec_plugins.runtime.mrv2.PluginHeadsSpeculator (heads) and "
+           "PluginEagleSpeculator (attention)")
+    if os.environ.get(ENV_RUNNER, "").strip().lower() == "v1":
+        why += f"; {ENV_RUNNER}=v1 has no effect on this vLLM (there is no V1 runner)"
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except Exception as e:  # noqa: BLE001
+        return why + f"; vLLM's Triton check failed ({_err(e)})"
+    if not HAS_TRITON:
+        why += "; Triton has no backend for this device: Model Runner V2 cannot run here"
+    return why
+
+
 def doctor(manifest: bool = True) -> Report:
     """The installation's health: vLLM, the shim's vLLM symbols, every plugin, conflicts."""
     from . import __version__
@@ -608,6 +647,10 @@ def doctor(manifest: bool = True) -> Report:
     rep.add("vllm", OK if build["supported"] else FAIL,
             f"vLLM {build['version']} ({', '.join(build['distributions']) or 'no distribution found'}), device "
             f"{build['device']}, torch {build['torch']}"
+            + (f"; supported (vllm-spec-plugins {__version__} supports {build['supported_versions']})"
+               if build["supported"] else "")
+            + ("; Model Runner V2 only: plugin drafters are declared to vLLM's speculator registry"
+               if build["supported"] and build["registry"] else "")
             + ("" if build["supported"] else f"; vllm-spec-plugins {__version__} supports {build['supported_versions']}"
                " only: plugin drafters are refused"))
     eps = {ep.name: ep.value for ep in md.entry_points(group="vllm.general_plugins")}

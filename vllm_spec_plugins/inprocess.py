@@ -53,6 +53,13 @@ def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int
             os.environ["LD_PRELOAD"] = preload
 
 
+def mrv2_only() -> bool:
+    """Whether the installed vLLM has Model Runner V2 only (0.34 on: no V1 model runner, no V1 proposers)."""
+    from ._compat import has_speculator_registry
+
+    return has_speculator_registry()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,9 +82,12 @@ def init_cpu_runtime(vllm_config: Any) -> None:
 
     if current_platform.is_cpu():
         # What vLLM's CPU worker does first: torch.accelerator calls of shared code become no-ops.
-        from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
+        if mrv2_only():  # vLLM 0.34: its CPU worker imports MRV2's CPU patches of torch (the V1 runner is gone)
+            import vllm.v1.worker.cpu.shm  # noqa: F401
+        else:
+            from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
 
-        _set_torch_accelerator_to_noop()
+            _set_torch_accelerator_to_noop()
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"tcp://127.0.0.1:{_free_port()}", backend="gloo")
@@ -116,7 +126,8 @@ def build_draft_model(vllm_config: Any) -> Any:
 
 @dataclass
 class StartedProposer:
-    """What :func:`start_heads_proposer` built."""
+    """What :func:`start_heads_proposer` built (``proposer``: the V1 ``HeadsProposer``, or on vLLM 0.34 MRV2's
+    :class:`~vllm_spec_plugins.runtime.mrv2.PluginHeadsSpeculator`)."""
 
     vllm_config: Any
     drafter: Any
@@ -129,12 +140,15 @@ def start_heads_proposer(target: Any, draft: Any, *, num_speculative_tokens: int
                          load_target: bool | None = None, **engine_kwargs: Any) -> StartedProposer:
     """The shim's heads proposer as an engine start builds it, on CPU: the engine config, the draft through
     vLLM's loader, ``bind_target`` (the target is built when the model class has one, or ``load_target``),
-    and the start-up trial its ``load_model`` runs. Raises what the engine start would raise."""
+    and the start-up trial its ``load_model`` runs. Raises what the engine start would raise.
+
+    On vLLM 0.34 (Model Runner V2 only) the drafter is the speculator 0.34's registry builds for heads plugins,
+    :class:`~vllm_spec_plugins.runtime.mrv2.PluginHeadsSpeculator`, whose ``load_model`` loads the draft and runs
+    the same trial (it has no V1 proposer step API: :class:`DrafterHarness` needs vLLM 0.32 or 0.33)."""
     import torch
     from vllm.config import set_current_vllm_config
 
     from .runtime.core import drafter_for
-    from .runtime.proposer import HeadsProposer
 
     vllm_config = engine_config(target, draft, num_speculative_tokens=num_speculative_tokens, method=method,
                                 **engine_kwargs)
@@ -145,7 +159,14 @@ def start_heads_proposer(target: Any, draft: Any, *, num_speculative_tokens: int
     device = torch.device("cpu")
     init_cpu_runtime(vllm_config)
     with set_current_vllm_config(vllm_config):
-        proposer = HeadsProposer(vllm_config, device, None, drafter=drafter)
+        if mrv2_only():
+            from .runtime.mrv2 import PluginHeadsSpeculator
+
+            proposer: Any = PluginHeadsSpeculator(vllm_config, device, None, drafter=drafter)
+        else:
+            from .runtime.proposer import HeadsProposer
+
+            proposer = HeadsProposer(vllm_config, device, None, drafter=drafter)
         if load_target is None:
             load_target = hasattr(proposer.model_cls, "bind_target")
         target_model = build_target_model(vllm_config) if load_target else None

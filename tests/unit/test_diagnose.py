@@ -302,3 +302,109 @@ def test_check_refuses_an_attention_class_claiming_multimodal_embeddings_it_cann
     assert rows(Claims, text)[0][0] == diagnose.FAIL  # wrong whatever the target
     assert rows(Takes, vlm)[0][0] == diagnose.OK
     assert rows(Plain, vlm)[0][0] == diagnose.INFO and rows(Plain, text) == []
+
+
+# -- vLLM 0.34 (Model Runner V2 only; its manifest symbols are properties, classmethods, declared attributes) ---------
+
+
+def _fake_vllm_module(monkeypatch):
+    import sys
+    import types
+    from typing import ClassVar
+
+    mod = types.ModuleType("vsp_fake_vllm034")
+
+    class Proto:
+        config_class: ClassVar[type]  # declared, never assigned (a protocol's)
+
+    class Config:
+        @property
+        def lookahead(self) -> int:
+            return 0
+
+        @classmethod
+        def matches(cls, spec):
+            return False
+
+    mod.Proto, mod.Config = Proto, Config
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return mod.__name__
+
+
+def test_check_symbol_properties_classmethods_and_declared_attributes(monkeypatch):
+    m = _fake_vllm_module(monkeypatch)
+    prop = diagnose.check_symbol(Target(m, "Config.lookahead", params=("self",)))
+    assert prop.status == "ok", prop.detail
+    bad_prop = diagnose.check_symbol(Target(m, "Config.lookahead", params=("self", "n")))
+    assert bad_prop.status == "fail" and "expected leading parameters (self, n), found (self)" in bad_prop.detail
+    cm = diagnose.check_symbol(Target(m, "Config.matches", params=("cls", "spec")))
+    assert cm.status == "ok", cm.detail
+    bad_cm = diagnose.check_symbol(Target(m, "Config.matches", params=("cls", "config")))
+    assert bad_cm.status == "fail" and "found (cls, spec)" in bad_cm.detail
+    declared = diagnose.check_symbol(Target(m, "Proto.config_class", kind="attribute"))
+    assert declared.status == "ok" and declared.detail == "declared in the class body"
+    missing = diagnose.check_symbol(Target(m, "Proto.other_class", kind="attribute"))
+    assert missing.status == "fail" and missing.detail == "Proto.other_class not found"
+    assert diagnose.check_symbol(Target(m, "Proto.config_class")).status == "fail"  # a function: declared is not one
+
+
+def test_manifest_on_034_leaves_out_the_v1_symbols():
+    from vllm_spec_plugins.patch.targets import TARGETS
+
+    v1 = [t for t in TARGETS if t.module.startswith(("vllm.v1.worker.gpu_model_runner", "vllm.v1.spec_decode"))]
+    assert v1 and all("0.34" not in t.versions for t in v1)
+    checked = {(t.module, t.qualname) for t in TARGETS if "0.34" in t.versions}
+    assert not checked & {(t.module, t.qualname) for t in v1}
+
+
+def _as_034(monkeypatch):
+    from vllm_spec_plugins import _compat
+
+    monkeypatch.setattr(_compat, "vllm_version", lambda: ("0.34.0", (0, 34)))
+
+
+def test_runner_outlook_on_034_is_mrv2_only(monkeypatch):
+    monkeypatch.delenv("VLLM_SPEC_PLUGINS_RUNNER", raising=False)
+    assert diagnose.runner_outlook()[0] in ("v1", "v2")  # 0.32: either
+    _as_034(monkeypatch)
+    runner, why = diagnose.runner_outlook()
+    assert runner == "v2" and "removed the V1 model runner" in why and "PluginHeadsSpeculator" in why
+    monkeypatch.setenv("VLLM_SPEC_PLUGINS_RUNNER", "v1")
+    runner, why = diagnose.runner_outlook()
+    assert runner == "v2" and "VLLM_SPEC_PLUGINS_RUNNER=v1 has no effect" in why
+
+
+def test_doctor_on_034_says_supported_and_mrv2_only(use_host, monkeypatch):
+    use_host(FakeEntryPoint("good", plugin_registering(heads(model_class="tests.unit.toy_drafters:GoodDrafter",
+                                                             **TOY, **STATEFUL)), dist="vsp-good", version="1"))
+    _as_034(monkeypatch)
+    rep = diagnose.doctor(manifest=False)
+    items = {i.check: i for i in rep.items}
+    assert items["vllm"].status == "ok", items["vllm"].detail
+    assert "vLLM 0.34.0" in items["vllm"].detail and "supports 0.32, 0.33 and 0.34" in items["vllm"].detail
+    assert "Model Runner V2 only" in items["vllm"].detail
+    assert "removed the V1 model runner" in items["model runner"].detail
+    assert rep.facts["model_runner"]["runner"] == "v2" and rep.to_dict()["vllm"]["minor"] == "0.34"
+    monkeypatch.setattr(diagnose, "_vllm_build", lambda: {**_build34(), "supported": False})
+    bad = {i.check: i for i in diagnose.doctor(manifest=False).items}["vllm"]
+    assert bad.status == "fail" and "plugin drafters are refused" in bad.detail
+
+
+def _build34():
+    return {"version": "0.34.0", "distributions": [], "device": "cpu", "torch": None, "supported": True,
+            "supported_versions": "0.32, 0.33 and 0.34", "registry": True, "minor": "0.34"}
+
+
+def test_check_trial_failure_names_it(monkeypatch):
+    from vllm_spec_plugins import inprocess
+
+    def boom(*a, **k):
+        raise ModuleNotFoundError("No module named 'vllm.v1.spec_decode.draft_model'")
+
+    monkeypatch.setattr(inprocess, "start_heads_proposer", boom)
+    rep = diagnose.Report("t")
+    diagnose._check_trial(rep, heads(), "target", "draft", 3, None)
+    (item,) = rep.items
+    assert item.check == "trial forward" and item.status == "fail"
+    assert item.detail == ("the drafter failed to build as an engine start builds it: ModuleNotFoundError: "
+                           "No module named 'vllm.v1.spec_decode.draft_model'")
