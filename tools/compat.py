@@ -39,7 +39,6 @@ import ast
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,26 +47,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGETS_PATH = REPO_ROOT / "vllm_spec_plugins" / "patch" / "targets.py"
+OVERLAY_PATH = REPO_ROOT / "vllm_spec_plugins" / "testing" / "overlay.py"
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "vllm-wheels"
 DEFAULT_VERSION = "0.33.0"
 
 OK, MISSING, SIGNATURE, ERROR, INFO, SKIP = "OK", "MISSING", "SIGNATURE", "ERROR", "INFO", "SKIP"
 FAILING = frozenset({MISSING, SIGNATURE, ERROR})
-
-# (python version, platforms) combos tried in order by ``download_wheel``.
-_MANYLINUX = (
-    "manylinux_2_31_x86_64",
-    "manylinux_2_28_x86_64",
-    "manylinux_2_17_x86_64",
-    "manylinux2014_x86_64",
-)
-DOWNLOAD_COMBOS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("3.12", _MANYLINUX),
-    ("3.11", _MANYLINUX),
-    ("3.13", _MANYLINUX),
-    ("3.12", ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64") + _MANYLINUX),
-)
-
 
 # --------------------------------------------------------------------------
 # Manifest
@@ -91,6 +76,26 @@ def load_targets_module(path: Path = TARGETS_PATH):
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def _load_wheels_module():
+    """The test kit's wheel downloader (``vllm_spec_plugins/testing/overlay.py``, stdlib only), loaded from its path
+    as the manifest is."""
+    name = "_vllm_spec_plugins_testing_overlay"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, OVERLAY_PATH)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ImportError(f"cannot load the wheel downloader from {OVERLAY_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_WHEELS = _load_wheels_module()
+DOWNLOAD_COMBOS = _WHEELS.DOWNLOAD_COMBOS
+find_cached_wheel = _WHEELS.find_cached_wheel
 
 
 def load_targets(path: Path = TARGETS_PATH) -> tuple:
@@ -212,39 +217,9 @@ def installed_source() -> DirSource:
 # --------------------------------------------------------------------------
 
 
-def find_cached_wheel(version: str, cache_dir: Path) -> Path | None:
-    pattern = re.compile(rf"vllm-{re.escape(version)}(\+[^-]+)?-.+\.whl")
-    hits = sorted(p for p in cache_dir.glob("vllm-*.whl") if pattern.fullmatch(p.name))
-    return hits[0] if hits else None
-
-
 def download_wheel(version: str, cache_dir: Path = DEFAULT_CACHE, log=None) -> Path:
-    """Return the cached ``vllm==version`` wheel, fetching it with pip if needed."""
-    log = sys.stderr if log is None else log
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    if hit := find_cached_wheel(version, cache_dir):
-        return hit
-    attempts: list[str] = []
-    for py, platforms in DOWNLOAD_COMBOS:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--python-version", py,
-        ]
-        for plat in platforms:
-            cmd += ["--platform", plat]
-        cmd += ["-d", str(cache_dir), f"vllm=={version}"]
-        for env_extra in ({}, {"PIP_CONSTRAINT": ""}):
-            env = dict(os.environ, **env_extra)
-            print(f"[compat] {' '.join(cmd[2:])}" + (" (PIP_CONSTRAINT=)" if env_extra else ""), file=log)
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode == 0 and (hit := find_cached_wheel(version, cache_dir)):
-                return hit
-            out = (proc.stdout + proc.stderr).strip()
-            attempts.append(f"python {py}{' PIP_CONSTRAINT=' if env_extra else ''}: "
-                            + (out.splitlines()[-1] if out else f"rc={proc.returncode}"))
-            if "constraint" not in out.lower():
-                break  # the constraint file was not the problem; next combo
-    raise LookupError(f"could not download a vllm=={version} wheel:\n  " + "\n  ".join(attempts))
+    """Return the cached ``vllm==version`` wheel, fetching it with pip if needed (the test kit's downloader)."""
+    return _WHEELS.download_wheel(version, cache_dir, log)
 
 
 # --------------------------------------------------------------------------

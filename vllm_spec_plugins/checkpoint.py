@@ -35,6 +35,13 @@ STAMP_PREFIX = "vsp_"
 CONFIG_STAMP = "vllm_spec_plugin"
 
 
+def stamp_hash_factors(hf: Any) -> list[str]:
+    """What the shim's stamps add to a speculative config's compile hash: the plugin, its distribution, the
+    architecture and the target layers read (aux hidden-state outputs change the target's compiled graph)."""
+    return [getattr(hf, PLUGIN_ATTR, ""), getattr(hf, DIST_ATTR, ""), getattr(hf, ARCH_ATTR, ""),
+            repr(getattr(hf, "eagle_aux_hidden_state_layer_ids", None))]
+
+
 def split_class_path(ref: str) -> tuple[str, str]:
     """``"package.module:Class"`` as ``(module, attribute)`` (the form of ``Drafter.model_class`` and
     ``config_class``, and of vLLM's lazy registrations)."""

@@ -13,6 +13,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from ._compat import has_speculator_registry
+
 _DIST_READY = False
 
 
@@ -53,13 +55,6 @@ def engine_config(target: Any, draft: Any = None, *, num_speculative_tokens: int
             os.environ["LD_PRELOAD"] = preload
 
 
-def mrv2_only() -> bool:
-    """Whether the installed vLLM has Model Runner V2 only (0.34 on: no V1 model runner, no V1 proposers)."""
-    from ._compat import has_speculator_registry
-
-    return has_speculator_registry()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,7 +77,7 @@ def init_cpu_runtime(vllm_config: Any) -> None:
 
     if current_platform.is_cpu():
         # What vLLM's CPU worker does first: torch.accelerator calls of shared code become no-ops.
-        if mrv2_only():  # vLLM 0.34: its CPU worker imports MRV2's CPU patches of torch (the V1 runner is gone)
+        if has_speculator_registry():  # vLLM 0.34: its CPU worker imports MRV2's CPU patches of torch (the V1 runner is gone)
             import vllm.v1.worker.cpu.shm  # noqa: F401
         else:
             from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
@@ -159,7 +154,7 @@ def start_heads_proposer(target: Any, draft: Any, *, num_speculative_tokens: int
     device = torch.device("cpu")
     init_cpu_runtime(vllm_config)
     with set_current_vllm_config(vllm_config):
-        if mrv2_only():
+        if has_speculator_registry():  # vLLM 0.34: Model Runner V2 only
             from .runtime.mrv2 import PluginHeadsSpeculator
 
             proposer: Any = PluginHeadsSpeculator(vllm_config, device, None, drafter=drafter)

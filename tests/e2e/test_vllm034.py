@@ -26,7 +26,8 @@ import shutil
 import pytest
 
 from tests.conftest import MAX_TOKENS, POLICY_OFF, PROMPTS, with_pythonpath
-from vllm_spec_plugins.runtime.trace import base_request_id, load_trace
+from tests.e2e.test_mrv2 import _by_request, _spec
+from vllm_spec_plugins.runtime.trace import load_trace
 from vllm_spec_plugins.testing.engine import run_engine
 
 V034 = "v0.34.0"  # in vLLM's engine start line
@@ -45,15 +46,6 @@ def base034(tiny, broken_plugin_path, faulty_plugin_path, exiting_plugin_path):
 def test_plain_034_runs_here_and_matches_032(base034, baseline):
     assert V034 in base034.log and V034 not in baseline.log
     assert base034.outputs == baseline.outputs
-
-
-def _spec(tiny, name, **kw):
-    return {"model": str(tiny[name]), "num_speculative_tokens": 3, **kw}
-
-
-def _by_request(records):
-    return [{base_request_id(r): rec["drafts"][row].tolist() for row, r in enumerate(rec["req_ids"])}
-            for rec in records]
 
 
 #: The MLP speculator runs with every step pinned to k=2 of K=3 (the policy's per-step k, API 3 num_drafts).

@@ -361,7 +361,7 @@ def test_cached_wheel_is_reused_without_pip(tmp_path, monkeypatch):
     def no_pip(*a, **k):  # pragma: no cover - would mean a network call
         raise AssertionError("pip must not run when the wheel is cached")
 
-    monkeypatch.setattr(compat.subprocess, "run", no_pip)
+    monkeypatch.setattr(compat._WHEELS.subprocess, "run", no_pip)
     assert compat.download_wheel("0.33.0", cache) == wheel
     assert compat.find_cached_wheel("0.33.1", cache) is None
 
@@ -378,7 +378,7 @@ def test_download_failure_is_reported(tmp_path, monkeypatch):
         calls.append((cmd, env.get("PIP_CONSTRAINT") if env else None))
         return Done()
 
-    monkeypatch.setattr(compat.subprocess, "run", fake_run)
+    monkeypatch.setattr(compat._WHEELS.subprocess, "run", fake_run)
     with pytest.raises(LookupError, match="No matching distribution"):
         compat.download_wheel("9.9.9", tmp_path / "c")
     assert calls and all("--no-deps" in c[0] and "vllm==9.9.9" in c[0] for c in calls)
@@ -400,7 +400,7 @@ def test_constraint_complaint_retries_with_empty_pip_constraint(tmp_path, monkey
             return Done(0, "")
         return Done(1, "ERROR: Cannot install vllm==0.33.0 because of a constraint")
 
-    monkeypatch.setattr(compat.subprocess, "run", fake_run)
+    monkeypatch.setattr(compat._WHEELS.subprocess, "run", fake_run)
     got = compat.download_wheel("0.33.0", cache, log=io.StringIO())
     assert got.name.startswith("vllm-0.33.0-") and envs[-1] == ""
 

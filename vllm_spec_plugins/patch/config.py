@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._compat import has_speculator_registry
-from ..checkpoint import ARCH_ATTR, DIST_ATTR
+from ..checkpoint import stamp_hash_factors
 from ..errors import VllmSpecPluginError
 from ..explain import version_error, why_config_failed
 from ..manager import PluginHost
@@ -124,9 +124,7 @@ def _compute_hash_wrap(original: Callable[..., str]) -> Callable[..., str]:
         name = plugin_of(self)
         if not name:
             return base
-        hf = self.draft_model_config.hf_config
-        extra = [name, getattr(hf, DIST_ATTR, ""), getattr(hf, ARCH_ATTR, ""),
-                 repr(getattr(hf, "eagle_aux_hidden_state_layer_ids", None))]
+        extra = stamp_hash_factors(self.draft_model_config.hf_config)
         return hashlib.sha256("|".join([base, *extra]).encode()).hexdigest()
 
     return compute_hash

@@ -369,9 +369,9 @@ class DrafterRuntime:
         drafts. Called on the host after the step, by the runner's ``take_draft_token_ids`` (vLLM calls it with
         synchronous scheduling; one small copy to the host, after the step's own)."""
         lk = self.lookup
-        step_ids = list(self._step.get("req_ids", ()))
         if lk is None or lk.chosen is None or not req_ids:
             return None
+        step_ids = list(self._step.get("req_ids", ()))
         if step_ids[:len(req_ids)] == list(req_ids):
             return [int(x) for x in lk.chosen[:len(req_ids)].tolist()]
         # vLLM 0.34 hands over every live request holding drafts, in the order each first got some: match by id;

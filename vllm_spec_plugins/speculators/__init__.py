@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..api import Drafter
+from ..checkpoint import split_class_path
 
 if TYPE_CHECKING:
     from ..manager import PluginHost
@@ -72,23 +73,23 @@ def register(host: PluginHost, when_imported: Callable[[str, Callable[[Any], Non
             logger.warning("vllm_spec_plugins: plugin %r is not registered as vLLM speculative method %r: %s",
                            name, name, e)
     for d in host.drafters:
-        module, _, cls_name = d.model_class.partition(":")
+        module, cls_name = split_class_path(d.model_class)
         when_imported(module, _declarer(cls_name, config_for(d)))
-        _drop_stale_model_info(module, cls_name, config_for(d))
+        _drop_stale_model_info(module, cls_name)
     return registered
 
 
-def _drop_stale_model_info(module: str, cls_name: str, config: str) -> None:
+def _drop_stale_model_info(module: str, cls_name: str) -> None:
     """vLLM caches what it inspected of a lazily registered model class on disk, keyed by the hash of the class's
     module file (``<VLLM_CACHE_ROOT>/modelinfos``). An entry written before the shim declared the class's speculator
     (a run without this package's registration) would hide the declaration: drop it, so vLLM inspects again."""
     try:
         import json
-        from pathlib import Path
 
-        from vllm import envs
+        from vllm.model_executor.models.registry import _LazyRegisteredModel
 
-        path = Path(envs.VLLM_CACHE_ROOT) / "modelinfos" / (f"{module}-{cls_name}".replace(".", "-") + ".json")
+        lazy = _LazyRegisteredModel(module_name=module, class_name=cls_name)
+        path = lazy._get_cache_dir() / lazy._get_cache_filename()  # where vLLM keeps that entry
         if not path.is_file():
             return
         declared = json.loads(path.read_text()).get("modelinfo", {}).get(DECLARED_ATTR)

@@ -18,16 +18,9 @@ from typing import Any
 from vllm.v1.worker.gpu.spec_decode.eagle.config import Eagle3SpeculatorConfig, EagleSpeculatorConfig
 from vllm.v1.worker.gpu.spec_decode.standalone_ar.config import StandaloneARSpeculatorConfig
 
-from ..checkpoint import ARCH_ATTR, DIST_ATTR, PLUGIN_ATTR
+from ..checkpoint import stamp_hash_factors
 
 _RUNTIME = "vllm_spec_plugins.runtime.mrv2"
-
-
-def _stamp(spec: Any) -> list[Any]:
-    """What the shim stamped on the draft config (plugin, distribution, architecture), for the compile hash."""
-    hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
-    return [getattr(hf, PLUGIN_ATTR, None), getattr(hf, DIST_ATTR, None), getattr(hf, ARCH_ATTR, None),
-            repr(getattr(hf, "eagle_aux_hidden_state_layer_ids", None))]
 
 
 class PluginHeadsConfig(StandaloneARSpeculatorConfig):  # type: ignore[misc]  # vLLM's is Any to mypy
@@ -56,7 +49,7 @@ class PluginHeadsConfig(StandaloneARSpeculatorConfig):  # type: ignore[misc]  # 
         return bool(getattr(hf, "eagle_aux_hidden_state_layer_ids", None))
 
     def hash_factors(self) -> list[Any]:
-        return [*super().hash_factors(), *_stamp(self.spec_config)]
+        return [*super().hash_factors(), *stamp_hash_factors(self.spec_config.draft_model_config.hf_config)]
 
 
 class PluginEagleConfig(EagleSpeculatorConfig):  # type: ignore[misc]
@@ -69,17 +62,10 @@ class PluginEagleConfig(EagleSpeculatorConfig):  # type: ignore[misc]
         return False  # selected by its plugin's declaration, never by the checkpoint's name
 
     def hash_factors(self) -> list[Any]:
-        return [*super().hash_factors(), *_stamp(self.spec_config)]
+        return [*super().hash_factors(), *stamp_hash_factors(self.spec_config.draft_model_config.hf_config)]
 
 
-class PluginEagle3Config(Eagle3SpeculatorConfig):  # type: ignore[misc]
-    """An ``attention`` drafter reading chosen target layers (``aux_layer_ids``) in vLLM's EAGLE-3 loop."""
-
-    speculator_class = f"{_RUNTIME}.PluginEagleSpeculator"
-
-    @classmethod
-    def matches(cls, spec: Any) -> bool:
-        return False
-
-    def hash_factors(self) -> list[Any]:
-        return [*super().hash_factors(), *_stamp(self.spec_config)]
+class PluginEagle3Config(PluginEagleConfig, Eagle3SpeculatorConfig):  # type: ignore[misc]
+    """An ``attention`` drafter reading chosen target layers (``aux_layer_ids``) in vLLM's EAGLE-3 loop: the above,
+    with the EAGLE-3 config's method and aux hidden-state outputs (it subclasses that config, as vLLM's registry
+    asks of a declared config for method ``eagle3``)."""

@@ -113,21 +113,22 @@ def run_engine(model: str | os.PathLike[str], *, speculative_config: dict[str, A
            "llm_kwargs": llm_kwargs or {}, "schedule": schedule,
            "images": [None if i is None else str(i) for i in images] if images is not None else None}
     extra = dict(env or {})
-    if vllm is not None and vllm != "0.32":
+    # the version's or runner's variables, then ``env`` over them (PYTHONPATH: both, theirs extending env's)
+    chosen: dict[str, str] = {}
+    pythonpath = extra.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    if vllm not in (None, "0.32"):
         if runner not in (None, "v2"):
             raise ValueError(f"vLLM {vllm} has only Model Runner V2; got runner={runner!r}")
         from .mrv2 import vllm_env
 
-        chosen = vllm_env(vllm, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
-        extra = {**chosen, **extra}
-        extra["PYTHONPATH"] = chosen["PYTHONPATH"]
-    elif runner is not None:  # the runner's variables, then ``env`` over them (PYTHONPATH: both)
+        chosen = vllm_env(str(vllm), pythonpath)
+    elif runner is not None:
         from .mrv2 import runner_env
 
-        chosen = runner_env(runner, extra.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
-        extra = {**chosen, **extra}  # env over the runner's variables; PYTHONPATH: both (chosen extends env's)
-        if "PYTHONPATH" in chosen:
-            extra["PYTHONPATH"] = chosen["PYTHONPATH"]
+        chosen = runner_env(runner, pythonpath)
+    extra = {**chosen, **extra}
+    if "PYTHONPATH" in chosen:
+        extra["PYTHONPATH"] = chosen["PYTHONPATH"]
     if start_method not in ("fork", "spawn"):
         raise ValueError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
     extra["VLLM_SPEC_PLUGINS_TEST_START_METHOD"] = start_method  # the parameter, not a stray env entry, decides

