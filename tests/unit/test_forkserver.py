@@ -48,6 +48,9 @@ def test_import_key_ignores_only_what_is_read_after_import():
     assert forkserver.import_key("py", {**base, "LD_PRELOAD": ""}) != key
     assert forkserver.import_key("py", {**base, "TRITON_INTERPRET": "1"}) != key
     assert forkserver.import_key("other-python", base) != key
+    # the vLLM version a job runs is ours but read at import (its overlay comes first on PYTHONPATH)
+    v034 = forkserver.import_key("py", {**base, "VLLM_SPEC_PLUGINS_TEST_VLLM": "0.34"})
+    assert v034 != key and v034 != forkserver.import_key("py", {**base, "VLLM_SPEC_PLUGINS_TEST_VLLM": "0.32"})
 
 
 def test_jobs_get_their_own_environment_folder_path_and_exit_code(tmp_path, monkeypatch):

@@ -315,3 +315,19 @@ def test_the_conformance_suite_checks_the_plugins_drafts_alone():
     # an author's own choice still wins
     Suite.env = {ENV_LOOKUP: "on"}
     assert lookup_config(Suite()._env()) == LookupConfig(2, 4)
+
+
+def test_draft_sources_follow_the_request_ids_the_runner_hands_over():
+    """V1 and MRV2 on 0.32/0.33 hand over the step's batch (a prefix); vLLM 0.34 every live request with drafts,
+    in the order each first got some: matched by id, a request the step did not draft for keeps the model."""
+    from types import SimpleNamespace
+
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+    from vllm_spec_plugins.runtime.lookup import LOOKUP, MODEL
+
+    rt = SimpleNamespace(lookup=SimpleNamespace(chosen=torch.tensor([LOOKUP, MODEL, LOOKUP])),
+                         _step={"req_ids": ["a", "b", "c"]})
+    assert DrafterRuntime.draft_sources(rt, ["a", "b"]) == [LOOKUP, MODEL]
+    assert DrafterRuntime.draft_sources(rt, ["c", "z", "a"]) == [LOOKUP, MODEL, LOOKUP]
+    assert DrafterRuntime.draft_sources(rt, ["z"]) is None
+    assert DrafterRuntime.draft_sources(SimpleNamespace(lookup=None, _step={}), ["a"]) is None
