@@ -48,7 +48,7 @@ def tally(records: list[dict[str, Any]], seqs: list[list[int]], min_n: int = 2, 
     for rec in records:
         if rec.get("lookup") is None:
             continue
-        k, mk = int(rec["drafts"].shape[1]), rec["lookup_model_k"]
+        k, mk = int(rec["returned_drafts"].shape[1]), rec["lookup_model_k"]  # the step's k (trace schema 9)
         for b, rid in enumerate(rec["req_ids"]):
             seq = seqs[int(base_request_id(rid))]
             n = int(rec["lookup_next_positions"][b]) + 1

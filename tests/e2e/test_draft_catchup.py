@@ -310,7 +310,9 @@ def test_steps_verifying_drafts_while_the_model_drafts_nothing_skip_the_first_pa
     assert any(any(_skipped_verifying(rec) for rec in records[:i]) for i in modelled)  # drafted after a skip
     assert not any(rec["first_pass"] == "skipped" for rec in records0)
     assert r.metrics["drafts"] == r0.metrics["drafts"] and r.accepted_per_pos == r0.accepted_per_pos
+    # the model's drafts (trace schema 9), and what vLLM got (the lookup's in their place where taken)
     assert [rec["drafts"].tolist() for rec in records] == [rec["drafts"].tolist() for rec in records0]
+    assert [rec["returned_drafts"].tolist() for rec in records] == [rec["returned_drafts"].tolist() for rec in records0]
 
 
 def test_the_drafts_depend_on_the_rows_kept_from_lookup_steps(tiny, draft, tmp_path_factory, lookup_every_step,
@@ -342,7 +344,7 @@ def test_mrv2_skips_the_steps_v1_skips_with_the_same_drafts(tiny, draft, tmp_pat
             ids = [base_request_id(r) for r in rec["req_ids"]]
             order = sorted(range(len(ids)), key=lambda b: ids[b])
             out.append((rec["first_pass"], rec["caught_up"], rec["trimmed"], [ids[b] for b in order],
-                        rec["drafts"][order].tolist()))
+                        rec["drafts"][order].tolist(), rec["returned_drafts"][order].tolist()))
         return out
 
     assert steps(records) == steps(records1)

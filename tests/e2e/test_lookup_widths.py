@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import EAGLE_LENGTHS, PROMPTS
 from vllm_spec_plugins.runtime.lookup import ENV_LOOKUP, LOOKUP, MODEL, reference_lookup
@@ -58,7 +59,7 @@ def _check_choices(rec: dict, seqs: list[list[int]]) -> tuple[int, int]:
     they are expected to yield as many accepted tokens as the model's (its lookup rate x ``k`` >= its model rate x
     the model's ``k``, in float32 as the lookup compared them; at a model's ``k`` of 0 every match). Returns how many
     took a match whose lookup was behind its model per draft, in steps of the lookup's alone and in the others."""
-    k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
+    k, mk = rec["returned_drafts"].shape[1], rec["lookup_model_k"]
     alone = elsewhere = 0
     for b, rid in enumerate(rec["req_ids"]):
         seq = seqs[int(base_request_id(rid))]
@@ -101,7 +102,11 @@ def test_the_lookup_drafts_reach_the_policy_as_the_lookups(tiny, tmp_path_factor
                 model_verified += n
                 assert n <= mk, (rec["step"], rid, n, mk)  # the model's drafts: never past what the model drafted
         if rec["lookup"] is not None:
-            k, mk = rec["drafts"].shape[1], rec["lookup_model_k"]
+            k, mk = rec["returned_drafts"].shape[1], rec["lookup_model_k"]
+            # the trace's drafts are the model's alone (schema 9): its mk columns, as vLLM got them where it took them
+            assert rec["drafts"].shape[1] == mk, (rec["step"], mk)
+            model_rows = rec["lookup"] == MODEL
+            assert torch.equal(rec["returned_drafts"][model_rows, :mk], rec["drafts"][model_rows]), rec["step"]
             lookup_only += mk == 0
             pending.update({rid: (int(rec["lookup"][b]), k, mk) for b, rid in enumerate(rec["req_ids"])})
             if mk < k:  # the policy raised k for the lookup's drafts
@@ -131,11 +136,11 @@ def test_mrv2_drafts_what_v1_drafts(tiny, tmp_path_factory, kind):
     def steps(records):  # the steps that drafted: (requests, drafts, sources, the model's k)
         out = []
         for rec in records:
-            if rec["drafts"].shape[1] == 0:
+            if rec["returned_drafts"].shape[1] == 0:
                 continue
             ids = [base_request_id(r) for r in rec["req_ids"]]
             order = sorted(range(len(ids)), key=lambda b: ids[b])
-            out.append(([ids[b] for b in order], rec["drafts"][order].tolist(),
+            out.append(([ids[b] for b in order], rec["drafts"][order].tolist(), rec["returned_drafts"][order].tolist(),
                         None if rec["lookup"] is None else rec["lookup"][order].tolist(), rec["lookup_model_k"]))
         return out
 
@@ -176,7 +181,7 @@ def test_a_lookup_behind_its_model_per_draft_takes_a_match_it_fills_more_of(tmp_
     assert r.outputs == base
     seqs = [p + o for p, o in zip(prompts, r.outputs)]
     raised = [rec for rec in load_trace(trace) if rec["lookup"] is not None
-              and 0 < rec["lookup_model_k"] < rec["drafts"].shape[1]]
+              and 0 < rec["lookup_model_k"] < rec["returned_drafts"].shape[1]]
     assert len(raised) >= 20, len(raised)  # the model drafting, the lookup's k raised past it
     assert sum(_check_choices(rec, seqs)[1] for rec in raised) > 0, \
         "no request whose lookup was behind its model per draft took a match it fills more drafts of"

@@ -62,9 +62,10 @@ def test_output_equals_no_speculation_and_lookup_drafts_equal_the_reference(runs
             if produced:
                 source[rid] = (0, 0)
         if rec["lookup"] is None:
-            assert rec["drafts"].shape[1] == 0  # only steps without drafts choose nothing
+            assert rec["returned_drafts"].shape[1] == 0  # only steps without drafts choose nothing
             continue
-        k = rec["drafts"].shape[1]
+        k = rec["returned_drafts"].shape[1]
+        assert rec["drafts"].shape[1] == k  # the policy is off: the model drafted all of them (trace schema 9)
         for b, rid in enumerate(rec["req_ids"]):
             i = int(base_request_id(rid))
             seq = PROMPTS[i] + r.outputs[i]
@@ -79,9 +80,10 @@ def test_output_equals_no_speculation_and_lookup_drafts_equal_the_reference(runs
             # the lookup's drafts where it found a match and has paid at least as well as the plugin's
             assert chosen == (LOOKUP if ref is not None and lookup_rate >= model_rate else MODEL), (rec["step"], rid)
             if chosen == LOOKUP:
-                assert rec["drafts"][b].tolist() == ref, (rec["step"], rid, n)
+                assert rec["returned_drafts"][b].tolist() == ref, (rec["step"], rid, n)
                 lookup_rows += 1
-            else:
+            else:  # the model's drafts, which the trace's drafts always are
+                assert rec["returned_drafts"][b].tolist() == rec["drafts"][b].tolist(), (rec["step"], rid)
                 model_rows += 1
     assert lookup_rows >= 50 and model_rows >= 50, (lookup_rows, model_rows)
 
@@ -94,7 +96,8 @@ def test_mrv2_drafts_what_v1_drafts(runs, kind):
                 continue
             for b, rid in enumerate(rec["req_ids"]):
                 out.setdefault(base_request_id(rid), []).append(
-                    (int(rec["lookup_next_positions"][b]), int(rec["lookup"][b]), rec["drafts"][b].tolist()))
+                    (int(rec["lookup_next_positions"][b]), int(rec["lookup"][b]), rec["drafts"][b].tolist(),
+                     rec["returned_drafts"][b].tolist()))
         return out
 
     v1, v2 = per_request(runs(kind, "v1")[1]), per_request(runs(kind, "v2")[1])
@@ -130,6 +133,7 @@ def test_tensor_parallel_2_ranks_draft_alike(runs, tiny, tmp_path, baseline_eagl
     chosen = 0
     for a, b in zip(*ranks):
         assert a["req_ids"] == b["req_ids"] and a["drafts"].tolist() == b["drafts"].tolist()
+        assert a["returned_drafts"].tolist() == b["returned_drafts"].tolist()
         assert (a["lookup"] is None) == (b["lookup"] is None)
         if a["lookup"] is not None:
             assert a["lookup"].tolist() == b["lookup"].tolist()

@@ -97,7 +97,7 @@ class TestStatePlugin(ConformanceSuite):
         _, records = run
         hooked = 0
         for rec in records:
-            assert rec["schema"] == TRACE_SCHEMA == 8 and rec["plugin"] == "statetest" and rec["kind"] == "heads"
+            assert rec["schema"] == TRACE_SCHEMA == 9 and rec["plugin"] == "statetest" and rec["kind"] == "heads"
             assert all(isinstance(r, str) for r in rec["req_ids"])
             assert set(rec["hook_inputs"]) == {"acc", "sampled", "num_new"} and set(rec["hook_outputs"]) == {"acc"}
             assert torch.equal(rec["hook_inputs"]["num_new"], rec["valid_count"])

@@ -15,7 +15,8 @@ def test_accepted_is_the_common_prefix():
 
 
 def _rec(req_ids, next_pos, chosen, rates, k=3, model_k=1):
-    return {"req_ids": req_ids, "drafts": torch.zeros((len(req_ids), k), dtype=torch.int64),
+    return {"req_ids": req_ids, "drafts": torch.zeros((len(req_ids), model_k), dtype=torch.int64),
+            "returned_drafts": torch.zeros((len(req_ids), k), dtype=torch.int64),
             "lookup": torch.tensor(chosen), "lookup_model_k": model_k, "lookup_next_positions": torch.tensor(next_pos),
             "lookup_rates": torch.tensor(rates)}
 

@@ -167,6 +167,26 @@ def test_the_runtime_tells_the_lookup_how_many_drafts_the_model_made():
     assert DrafterRuntime._lookup_compose(rt, torch.full((1, 2), 7)).tolist() == [[7, 7]]  # type: ignore[arg-type]
 
 
+def test_compose_keeps_the_models_drafts_for_the_trace_only():
+    """``_compose``: the drafts returned (the lookup's where a request takes them, padded to the step's k) and, with
+    the trace on, a copy of the model's own taken before the composition (MRV2's EAGLE loop writes the composed
+    drafts into the very buffer the model's are a view of); without the trace nothing is copied."""
+    from vllm_spec_plugins.runtime.core import DrafterRuntime
+
+    lk = PromptLookup(LookupConfig(2, 2), requests=2, max_len=32, max_tokens=32, device=torch.device("cpu"))
+    rows = lk.rows(["a", "b"], lambda r: None)
+    npos = _step(lk, rows, [[], []], [1, 1], [[1, 2, 3, 1, 2], [4, 5, 6, 7, 8]])
+    rt = SimpleNamespace(lookup=lk, _step={"lookup": (rows, npos), "model_k": 1}, _trace_dir="/t",
+                         _lookup_compose=lambda d: DrafterRuntime._lookup_compose(rt, d), _padded=DrafterRuntime._padded)
+    DrafterRuntime._model_k(rt, 3)  # type: ignore[arg-type]
+    buf = torch.tensor([[50, 51, 52], [60, 61, 62]])
+    returned, model = DrafterRuntime._compose(rt, buf[:, :1], 3)  # type: ignore[arg-type]
+    buf[:, :3] = returned  # as MRV2's EAGLE speculator does
+    assert returned.tolist() == [[3, 1, 2], [60, 0, 0]] and model is not None and model.tolist() == [[50], [60]]
+    rt._trace_dir = None
+    assert DrafterRuntime._compose(rt, buf[:, :1], 3)[1] is None  # type: ignore[arg-type]
+
+
 def test_a_step_without_drafts_chooses_nothing():
     lk = PromptLookup(LookupConfig(2, 4), requests=2, max_len=16, max_tokens=16, device=torch.device("cpu"))
     rows = lk.rows(["a"], lambda r: None)

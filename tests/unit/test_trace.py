@@ -37,7 +37,7 @@ def test_record_loads_with_weights_only(tmp_path):
                                                                        "token_indices_to_sample": None})
     assert p._trace_hook is None  # consumed: the next step records its own hook call
     rec = torch.load(path, weights_only=True)
-    assert rec["schema"] == trace.TRACE_SCHEMA == 8
+    assert rec["schema"] == trace.TRACE_SCHEMA == 9
     assert (rec["step"], rec["plugin"], rec["distribution"], rec["kind"]) == (7, "toy", "vsp-toy 1.0", "heads")
     assert rec["req_ids"] == ["a-1234", "b-5678"]
     assert rec["valid_count"].tolist() == [2, 0] and rec["sampled_token_ids"].tolist() == [[5, 6], [-1, -1]]
@@ -74,6 +74,24 @@ def test_record_loads_with_weights_only(tmp_path):
     p._step["drafted_by_model"] = 1
     rec = torch.load(trace.save_record(p, 2, 3, torch.tensor([[1, 2], [3, 4]])), weights_only=True)
     assert rec["lookup_model_k"] == 1
+
+
+def test_drafts_are_the_models_and_returned_drafts_what_vllm_got(tmp_path):
+    """Schema 9: ``drafts`` keeps its schema 1-4 meaning, the model's drafts (before prompt lookup's composition);
+    ``returned_drafts`` is what the step returned. ``num_drafts`` / ``forward_columns`` describe the model's
+    forward: what it was passed (the model's k) and ``None`` where it did not run."""
+    p = _proposer(tmp_path)
+    p.takes_num_drafts, p._forward_columns = True, 3
+    returned = torch.tensor([[7, 8, 9], [3, 0, 0]])  # row 0 took lookup's drafts; the policy raised k from 1 to 3
+    rec = trace.build_record(p, 2, 3, returned, model_drafts=torch.tensor([[1], [3]]))
+    assert rec["drafts"].tolist() == [[1], [3]] and rec["returned_drafts"].tolist() == [[7, 8, 9], [3, 0, 0]]
+    assert (rec["num_drafts"], rec["forward_columns"]) == (1, 3)
+    rec = trace.build_record(p, 2, 3, returned, model_drafts=torch.zeros(2, 0, dtype=torch.int64))
+    assert rec["drafts"].shape == (2, 0) and rec["returned_drafts"].shape == (2, 3)  # lookup's drafts alone
+    assert (rec["num_drafts"], rec["forward_columns"]) == (None, None)  # the forward did not run: nothing stale
+    rec = trace.build_record(p, 2, 3, returned)  # no composition: the drafts returned are the model's
+    assert rec["drafts"].tolist() == rec["returned_drafts"].tolist() == returned.tolist()
+    assert rec["num_drafts"] == 3
 
 
 def test_base_request_id():

@@ -346,6 +346,14 @@ class DrafterRuntime:
             return drafts
         return self.lookup.compose(seen[0], drafts, seen[1], self._step.get("drafted_by_model"))
 
+    def _compose(self, drafts: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's ``k`` drafts for vLLM from the model's (``drafts``, ``[B, model's k]``): padded to ``k`` and,
+        with prompt lookup on, the lookup's in place of the model's where a request takes them. Second: with the
+        trace on, a host copy of the model's own (the trace's ``drafts``, taken before the composition, which may
+        write into the buffer they are a view of); ``None`` without it, so that drafting does no more work."""
+        model = drafts.detach().to("cpu", copy=True) if self._trace_dir else None
+        return self._lookup_compose(self._padded(drafts, k)), model
+
     def _model_k(self, k: int) -> int:
         """How many of the step's ``k`` drafts the plugin's model drafts: fewer where the policy raised ``k`` for prompt
         lookup's drafts (the scheduler verifies the model's only up to that many); ``k`` otherwise."""
@@ -604,11 +612,13 @@ class DrafterRuntime:
         """The carried-state pool slot of each of the step's first ``B`` requests, on the device."""
         raise NotImplementedError
 
-    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None) -> None:
-        """Write one trace record (schema: runtime/trace.py, docs/trace.md). A failure (disk full, the folder
+    def _trace(self, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None,
+               model_drafts: torch.Tensor | None = None) -> None:
+        """Write one trace record (schema: runtime/trace.py, docs/trace.md): ``drafts`` returned to vLLM, and the
+        model's own where prompt lookup composed them (:meth:`_compose`). A failure (disk full, the folder
         removed...) is not the plugin's: it is logged once and tracing stops; drafting goes on."""
         try:
-            trace.save_record(self, B, T, drafts, extra)
+            trace.save_record(self, B, T, drafts, extra, model_drafts)
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001

@@ -299,6 +299,7 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
             return self._idle(out, B)
         self._lookup_step(B, T, input_batch, last)
         out.fill_(-1)
+        model = None  # the model's drafts, for the trace (None: those returned)
         if k > 0:
             drafts = out[:, :0]  # mk == 0: lookup's drafts only, the model's forward skipped
             if mk > 0:
@@ -306,9 +307,10 @@ class PluginHeadsSpeculator(Mrv2Runtime, HeadsRuntime, DraftModelSpeculator):  #
                 if not ok:
                     return self._idle(out, B)
                 drafts = guard.sanitize(drafts)
-            out[:, :k].copy_(self._lookup_compose(self._padded(drafts, k)))
+            returned, model = self._compose(drafts, k)
+            out[:, :k].copy_(returned)
         if self._trace_dir:
-            self._trace(B, T, out[:, :k])
+            self._trace(B, T, out[:, :k], model_drafts=model)
         return out
 
 
@@ -408,10 +410,11 @@ class PluginEagleSpeculator(Mrv2Runtime, AttentionRuntime, EagleSpeculator):  # 
                                B, T, last, args, {**kwargs, "num_speculative_tokens": mk})
         if not ok or guard.disabled:
             return self._idle(out, B)
+        model = None  # the model's drafts, for the trace (None: those returned)
         if k > 0:
-            drafts[:, :k] = self._lookup_compose(self._padded(guard.sanitize(drafts[:, :mk]), k))
+            drafts[:, :k], model = self._compose(guard.sanitize(drafts[:, :mk]), k)
         if self._trace_dir:
-            self._trace(B, T, drafts[:, :k].clone())
+            self._trace(B, T, drafts[:, :k].clone(), model_drafts=model)
         return drafts
 
     def _propose_guarded(self, B: int, T: int, last: torch.Tensor, args: tuple[Any, ...],

@@ -224,6 +224,7 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
             return guard.idle(B, num_speculative_tokens, next_token_ids)
         self._lookup_step(B, T, target_token_ids, target_positions, next_token_ids, idx)
         mk = self._model_k(num_speculative_tokens)
+        model = None  # the model's drafts, for the trace (None: those returned)
         if num_speculative_tokens == 0:  # the drafting policy (or vLLM's schedule) chose a plain decode step
             drafts = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
         else:
@@ -234,9 +235,9 @@ class HeadsProposer(PluginProposerMixin, HeadsRuntime, DraftModelProposer):  # t
                 if not ok:
                     return guard.idle(B, num_speculative_tokens, next_token_ids)
                 drafts = guard.sanitize(drafts)
-            drafts = self._lookup_compose(self._padded(drafts, num_speculative_tokens))
+            drafts, model = self._compose(drafts, num_speculative_tokens)
         if self._trace_dir:
-            self._trace(B, T, drafts)
+            self._trace(B, T, drafts, model_drafts=model)
         return drafts
 
 
@@ -332,10 +333,11 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                     self._keep_verified_rows(mk, B, T, target_token_ids, target_positions, target_hidden_states,
                                              next_token_ids, token_indices_to_sample, common_attn_metadata):
                 nothing = torch.empty((B, 0), dtype=torch.int64, device=next_token_ids.device)
+                model = None
                 if num_speculative_tokens:  # lookup's drafts only
-                    nothing = self._lookup_compose(self._padded(nothing, num_speculative_tokens))
+                    nothing, model = self._compose(nothing, num_speculative_tokens)
                 if self._trace_dir:
-                    self._trace(B, T, nothing, trace_first)
+                    self._trace(B, T, nothing, trace_first, model)
                 return nothing
             self._catch_up(common_attn_metadata, sampling_metadata)
         if self.combines_target_layers:
@@ -350,9 +352,9 @@ class AttentionProposer(PluginProposerMixin, AttentionRuntime, EagleProposer):  
                                      target_hidden_states, next_token_ids, token_indices_to_sample,
                                      common_attn_metadata, sampling_metadata, mm_embed_inputs,
                                      num_rejected_tokens_gpu, slot_mappings)
-        drafts = self._lookup_compose(self._padded(drafts, num_speculative_tokens))
+        drafts, model = self._compose(drafts, num_speculative_tokens)
         if self._trace_dir:
-            self._trace(B, T, drafts, trace_first)
+            self._trace(B, T, drafts, trace_first, model)
         return drafts
 
     @staticmethod

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-TRACE_SCHEMA = 8
+TRACE_SCHEMA = 9
 """1: the first format (forward inputs, drafts, request ids, valid counts). 2: adds ``schema``, ``step``,
 ``plugin``, ``inputs``, ``sampled_token_ids``, ``state``, ``hook_inputs`` and ``hook_outputs``. 3: adds
 ``num_drafts`` and ``forward_columns`` (heads drafters). 4: adds ``first_pass`` and ``caught_up`` (attention
@@ -23,7 +23,13 @@ choice compared). 6: adds ``lookup_verified`` (prompt lookup on: the drafts each
 step, which its rate counts) and ``lookup_model_k`` (how many of the step's drafts the plugin's model drafted).
 7: adds ``trimmed`` (attention drafters: rows kept from skipped first passes of steps that verified drafts, found
 rejected at this step and dropped before any catch-up). 8: adds ``kv_only`` (attention drafters: the passes of the
-step whose forward was told ``kv_only=True``, API 4)."""
+step whose forward was told ``kv_only=True``, API 4). 9: ``drafts`` is again what the plugin's model drafted
+(``[num_reqs, k]``, ``k`` the drafts its forward was asked for: with prompt lookup on, ``lookup_model_k``), as in
+schemas 1-4, and the new ``returned_drafts`` is what was returned to vLLM (prompt lookup's drafts in place of the
+model's where a request took them; the step's whole ``k``); ``num_drafts`` is the value the forward was passed and
+``forward_columns`` is ``None`` where the forward did not run (schemas 5-8 wrote the returned drafts under
+``drafts``, the step's ``k`` under ``num_drafts``, and the last forward's columns in steps whose model drafted
+nothing)."""
 
 
 def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
@@ -32,8 +38,12 @@ def copy_tensors(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record of one drafting step of plugin proposer ``p`` (``B`` requests, ``T`` scheduled tokens)."""
+                 extra: dict[str, Any] | None = None, model_drafts: torch.Tensor | None = None) -> dict[str, Any]:
+    """The record of one drafting step of plugin proposer ``p`` (``B`` requests, ``T`` scheduled tokens).
+
+    ``drafts``: what the step returned to vLLM (``returned_drafts``); ``model_drafts``: what the plugin's model
+    drafted (``drafts``), ``None`` where they are the same (no prompt lookup composed them)."""
+    model = drafts if model_drafts is None else model_drafts
     step = p._step
     d = p.drafter
     inputs = {b.param: p.buffers[b.key][: T if b.source.rows == "token" else B]
@@ -47,7 +57,8 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
         "distribution": d.display_dist,
         "kind": d.kind,
         "req_ids": [str(r) for r in step.get("req_ids", [])[:B]],
-        "drafts": drafts.detach().cpu().clone(),
+        "drafts": model.detach().cpu().clone(),
+        "returned_drafts": drafts.detach().cpu().clone(),
         "valid_count": step["valid_count"][:B].detach().cpu().clone(),
         "sampled_token_ids": None if sampled is None else _padded(sampled[:B], getattr(p, "num_speculative_tokens", 0)),
         "live_state_slots": len(p.pool) if p.pool is not None else None,
@@ -56,8 +67,9 @@ def build_record(p: Any, B: int, T: int, drafts: torch.Tensor,
                   if p.pool is not None else {}),
         "hook_inputs": hook.get("hook_inputs", {}),
         "hook_outputs": hook.get("hook_outputs", {}),
-        "num_drafts": int(drafts.shape[1]) if getattr(p, "takes_num_drafts", False) and drafts.shape[1] else None,
-        "forward_columns": (getattr(p, "_forward_columns", None) if d.kind == "heads" and drafts.shape[1] else None),
+        # the forward ran where the model drafted (the core keeps exactly the num_drafts columns it asked for)
+        "num_drafts": int(model.shape[1]) if getattr(p, "takes_num_drafts", False) and model.shape[1] else None,
+        "forward_columns": (getattr(p, "_forward_columns", None) if d.kind == "heads" and model.shape[1] else None),
         "first_pass": step.get("first_pass") if d.kind == "attention" else None,
         "caught_up": int(step.get("caught_up", 0)) if d.kind == "attention" else None,
         "trimmed": int(step.get("trimmed", 0)) if d.kind == "attention" else None,
@@ -87,8 +99,9 @@ def _padded(sampled: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
-def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None) -> str:
-    record = build_record(p, B, T, drafts, extra)
+def save_record(p: Any, B: int, T: int, drafts: torch.Tensor, extra: dict[str, Any] | None = None,
+                model_drafts: torch.Tensor | None = None) -> str:
+    record = build_record(p, B, T, drafts, extra, model_drafts)
     p._trace_hook = None
     os.makedirs(p._trace_dir, exist_ok=True)
     rank = getattr(p.vllm_config.parallel_config, "rank", 0)

@@ -207,7 +207,8 @@ class ConformanceSuite:
 
     def _env(self) -> dict[str, str]:
         # prompt lookup off (with the adaptive policy it is on by default): its drafts would be accepted where the
-        # plugin's are not, and replace the plugin's in the trace
+        # plugin's are not, so test_drafts_accepted would count them. (The trace's drafts are the plugin's either
+        # way, schema 9: returned_drafts holds what lookup made of them.)
         return {"VLLM_SPEC_PLUGINS_POLICY": self.policy, "VLLM_SPEC_PLUGINS_STRICT": "1" if self.strict else "0",
                 "VLLM_SPEC_PLUGINS_PROMPT_LOOKUP": "off", **self.env}
 
@@ -252,7 +253,7 @@ class ConformanceSuite:
             want = self.reference(rec, vsp_run["draft"], vsp_run["target"])
             got = rec["drafts"]
             if not got.shape[1]:
-                continue  # a step the drafting policy verified no drafts in
+                continue  # a step whose model drafted nothing (the policy verified none, or only lookup's)
             assert got.tolist() == want[:, : got.shape[1]].tolist(), (
                 f"step {rec['step']}: drafts {got.tolist()} differ from the reference {want.tolist()}")
             compared += got.shape[0]
