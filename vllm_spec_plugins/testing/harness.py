@@ -43,7 +43,8 @@ __all__ = ["DrafterHarness", "StepResult", "build_draft_model", "build_target_mo
 @dataclass
 class StepResult:
     drafts: Any
-    """Draft token ids ``[num_reqs, k]`` (int64), what vLLM would verify."""
+    """Draft token ids ``[num_reqs, k]`` (int64), what vLLM would verify: the model's (the harness runs without
+    prompt lookup)."""
     inputs: dict[str, Any] = field(default_factory=dict)
     """Every tensor ``forward`` received, by parameter name (copies)."""
     hook_inputs: dict[str, Any] = field(default_factory=dict)
@@ -80,6 +81,10 @@ class DrafterHarness:
         self.drafter = started.drafter
         self.device = started.device
         self.proposer = started.proposer
+        # No prompt lookup here: ``auto`` (its default) turns it on only where the adaptive policy chooses each
+        # step's k, and here the caller does (``num_drafts``). With it, ``drafts`` would hold n-gram matches of the
+        # batches' tokens in place of the model's, which a harness test compares with a reference of its model.
+        self.proposer.lookup = None
         self.target_model = started.target_model
         self.k = self.vllm_config.speculative_config.num_speculative_tokens
         self.hidden_size = self.vllm_config.model_config.get_hidden_size()
