@@ -28,7 +28,7 @@ PROMPTS = [
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "/e2e/" in str(item.fspath):
+        if "/e2e/" in str(item.fspath) or "/compat_api/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
 
 
@@ -103,7 +103,9 @@ def claim_architecture(path: Path, arch: str) -> Path:
 #: Test-only plugin distributions (tests/plugins/) every test engine sees. They are never installed into
 #: the environment a user runs (`make setup`'s .venv): the session installs them into a temporary folder and
 #: puts it on PYTHONPATH, which vLLM's engine processes inherit.
-TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_drafter")
+TEST_PLUGINS = ("state_drafter", "eagle_variant", "recurrent_drafter", "oracle_drafter",
+                # the compatibility suite's plugins, one per API version (tests/compat_api/)
+                "compat_api1", "compat_api2", "compat_api3")
 
 
 _SESSION_PRELOAD = os.environ.get("LD_PRELOAD")
